@@ -1,0 +1,44 @@
+"""The Ray actor that holds a channel's queues. Clients talk to it through :class:`Channel`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlinf.scheduler.channel.keyed_queue import KeyedQueues, QueueTimeout
+
+#: Returned instead of raising when a server-side wait slice ends without a result.
+SLICE_EXPIRED = "__rlinf_slice_expired__"
+
+
+class ChannelActor:
+    """Async actor: every call is a coroutine on one event loop, so queue state needs no locks."""
+
+    def __init__(self, name: str, default_maxsize: int):
+        self.name = name
+        self.queues = KeyedQueues(default_maxsize)
+
+    async def declare(self, key: str, maxsize: int) -> None:
+        self.queues.declare(key, maxsize)
+
+    async def put(self, key: str, item: Any, weight: float, timeout: float | None) -> bool:
+        try:
+            await self.queues.put(key, item, weight, timeout)
+        except QueueTimeout:
+            return False
+        return True
+
+    async def get_batch(self, key: str, count: int | None, target_weight: float | None,
+                        timeout: float | None) -> Any:
+        try:
+            return await self.queues.get_batch(key, count, target_weight, timeout)
+        except QueueTimeout:
+            return SLICE_EXPIRED
+
+    async def qsize(self, key: str) -> int:
+        return self.queues.qsize(key)
+
+    async def stats(self) -> dict:
+        return self.queues.stats()
+
+    async def ping(self) -> str:
+        return self.name

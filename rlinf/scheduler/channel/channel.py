@@ -1,0 +1,185 @@
+"""Named channels with keyed sub-queues, shared by workers of any group on any node.
+
+The reference config names a channel and one queue per component::
+
+    env:     {channel: {name: env_buffer_list, queue_name: obs_buffer,    queue_size: 0}}
+    rollout: {channel: {name: env_buffer_list, queue_name: action_buffer, queue_size: 0}}
+
+which maps to ``Channel.create("env_buffer_list")`` plus ``declare_queue("obs_buffer", 0)``.
+
+Example (needs a running Ray; see docs/scheduler.md):
+    >>> from rlinf.scheduler import Channel
+    >>> ch = Channel.create("demo")                       # doctest: +SKIP
+    >>> ch.put({"obs": torch.zeros(4, 84, 84)}, key="obs_buffer")   # doctest: +SKIP
+    >>> ch.get(key="obs_buffer")["obs"].shape             # doctest: +SKIP
+    torch.Size([4, 84, 84])
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from rlinf.scheduler.channel.actor import SLICE_EXPIRED, ChannelActor
+from rlinf.scheduler.channel.payload import pack, unpack
+
+#: A blocked get re-asks the channel actor this often, so a consumer that dies while waiting
+#: stops holding a claim on the next item within this many seconds.
+GET_SLICE_S = 1.0
+_ACTOR_PREFIX = "rlinf-channel:"
+
+
+class ChannelTimeout(TimeoutError):
+    """A channel put or get did not complete in time; nothing was added or taken."""
+
+
+class ChannelClosedError(RuntimeError):
+    """The channel's actor is gone (killed, or its node died)."""
+
+
+class Channel:
+    """Client handle of a named channel. Picklable: pass it to workers as an argument."""
+
+    def __init__(self, name: str, actor):
+        self.name = name
+        self._actor = actor
+
+    # ---- creation -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, maxsize: int = 0, node_id: str | None = None) -> "Channel":
+        """Create channel ``name`` (or open it if it exists).
+
+        Args:
+            name: channel name, unique in the Ray namespace.
+            maxsize: default capacity of each sub-queue; 0 = unbounded.
+            node_id: Ray node to host the channel actor (default: this node).
+        """
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node_id = node_id or ray.get_runtime_context().get_node_id()
+        actor = (
+            ray.remote(ChannelActor)
+            .options(
+                name=_ACTOR_PREFIX + name,
+                get_if_exists=True,
+                num_cpus=0,
+                max_concurrency=10_000,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True),
+            )
+            .remote(name, maxsize)
+        )
+        channel = cls(name, actor)
+        channel._call(actor.ping.remote())
+        return channel
+
+    @classmethod
+    def connect(cls, name: str, timeout: float = 30.0) -> "Channel":
+        """Open an existing channel, waiting up to ``timeout`` seconds for it to be created."""
+        import ray
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return cls(name, ray.get_actor(_ACTOR_PREFIX + name))
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise ChannelClosedError(f"no channel named {name!r} after {timeout} s") from None
+                time.sleep(0.05)
+
+    def __reduce__(self):
+        return (Channel, (self.name, self._actor))
+
+    # ---- blocking API ---------------------------------------------------------------------
+    def declare_queue(self, key: str, maxsize: int) -> None:
+        """Set the capacity of sub-queue ``key`` (the reference's ``queue_size``; 0 = unbounded)."""
+        self._call(self._actor.declare.remote(key, maxsize))
+
+    def put(self, item: Any, key: str = "default", weight: float = 1.0,
+            timeout: float | None = None) -> None:
+        """Append ``item`` to ``key``; blocks while the sub-queue is full (backpressure).
+
+        Raises:
+            ChannelTimeout: still full after ``timeout`` seconds; the item was not added.
+        """
+        ok = self._call(self._actor.put.remote(key, pack(item, _me()), weight, timeout))
+        if not ok:
+            raise ChannelTimeout(f"put to {self.name}/{key} timed out after {timeout} s (queue full)")
+
+    def get(self, key: str = "default", timeout: float | None = None) -> Any:
+        """Remove and return the oldest item of ``key``, waiting up to ``timeout`` seconds."""
+        return self.get_batch(key, count=1, timeout=timeout)[0]
+
+    def get_batch(self, key: str = "default", count: int | None = None,
+                  target_weight: float | None = None, timeout: float | None = None) -> list:
+        """Remove ``count`` items, or items until their weights reach ``target_weight``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            slice_s = GET_SLICE_S if left is None else min(GET_SLICE_S, left)
+            got = self._call(self._actor.get_batch.remote(key, count, target_weight, slice_s))
+            if not _expired(got):
+                return [unpack(p) for p in got]
+            if left is not None and left <= slice_s:
+                raise ChannelTimeout(f"get from {self.name}/{key} timed out after {timeout} s")
+
+    def qsize(self, key: str = "default") -> int:
+        """Items waiting in ``key``."""
+        return self._call(self._actor.qsize.remote(key))
+
+    def stats(self) -> dict:
+        """Per key: queued, blocked_puts, waiting_gets, total_put, total_got."""
+        return self._call(self._actor.stats.remote())
+
+    # ---- async API ------------------------------------------------------------------------
+    async def async_put(self, item: Any, key: str = "default", weight: float = 1.0,
+                        timeout: float | None = None) -> None:
+        """``await`` form of :meth:`put`."""
+        ok = await self._acall(self._actor.put.remote(key, pack(item, _me()), weight, timeout))
+        if not ok:
+            raise ChannelTimeout(f"put to {self.name}/{key} timed out after {timeout} s (queue full)")
+
+    async def async_get(self, key: str = "default", timeout: float | None = None) -> Any:
+        """``await`` form of :meth:`get`."""
+        return (await self.async_get_batch(key, count=1, timeout=timeout))[0]
+
+    async def async_get_batch(self, key: str = "default", count: int | None = None,
+                              target_weight: float | None = None,
+                              timeout: float | None = None) -> list:
+        """``await`` form of :meth:`get_batch`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            slice_s = GET_SLICE_S if left is None else min(GET_SLICE_S, left)
+            got = await self._acall(self._actor.get_batch.remote(key, count, target_weight, slice_s))
+            if not _expired(got):
+                return [unpack(p) for p in got]
+            if left is not None and left <= slice_s:
+                raise ChannelTimeout(f"get from {self.name}/{key} timed out after {timeout} s")
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _call(self, ref):
+        import ray
+
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            raise ChannelClosedError(f"channel {self.name!r} is gone: {exc}") from None
+
+    async def _acall(self, ref):
+        import ray
+
+        try:
+            return await ref
+        except ray.exceptions.RayActorError as exc:
+            raise ChannelClosedError(f"channel {self.name!r} is gone: {exc}") from None
+
+
+def _expired(got) -> bool:
+    return isinstance(got, str) and got == SLICE_EXPIRED
+
+
+def _me() -> str:
+    group = os.environ.get("RLINF_GROUP_NAME")
+    return f"{group}[{os.environ.get('RANK', '?')}]" if group else f"driver(pid {os.getpid()})"

@@ -1,0 +1,197 @@
+"""Keyed FIFO queues with backpressure, batch gets by count or weight, and timeouts (pure asyncio).
+
+This is the state machine behind a :class:`~rlinf.scheduler.Channel`; it runs inside the channel's
+Ray actor but has no Ray dependency, so its ordering guarantees are tested directly.
+
+Guarantees, per key:
+
+* FIFO: items leave in the order ``put`` calls arrived; blocked ``put`` calls are admitted in
+  arrival order (a later put never overtakes a blocked earlier one).
+* exactly once: an item is handed to one getter; a getter that times out returns what it had
+  collected to the front of the queue, in order.
+* getters are served in arrival order; the first waiting getter is filled before the next.
+
+Example:
+    >>> import asyncio
+    >>> async def demo():
+    ...     q = KeyedQueues(default_maxsize=0)
+    ...     for i in range(5):
+    ...         await q.put("obs", i, weight=i)
+    ...     first = await q.get_batch("obs", count=2)
+    ...     by_weight = await q.get_batch("obs", target_weight=5)
+    ...     return first, by_weight, q.qsize("obs")
+    >>> asyncio.run(demo())
+    ([0, 1], [2, 3], 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class QueueTimeout(TimeoutError):
+    """A put or get did not complete within its timeout; nothing was taken or added."""
+
+
+@dataclass
+class _Getter:
+    count: int | None
+    target_weight: float | None
+    future: asyncio.Future
+    got: list = field(default_factory=list)
+    weights: list = field(default_factory=list)
+    got_weight: float = 0.0
+
+    def satisfied(self) -> bool:
+        if self.count is not None:
+            return len(self.got) >= self.count
+        return self.got_weight >= self.target_weight
+
+
+@dataclass
+class _Putter:
+    item: Any
+    weight: float
+    future: asyncio.Future
+
+
+@dataclass
+class _Queue:
+    maxsize: int
+    items: deque = field(default_factory=deque)  # (item, weight)
+    getters: deque = field(default_factory=deque)
+    putters: deque = field(default_factory=deque)
+    total_put: int = 0
+    total_got: int = 0
+
+    def full(self) -> bool:
+        return self.maxsize > 0 and len(self.items) >= self.maxsize
+
+
+class KeyedQueues:
+    """Named FIFO sub-queues created on first use.
+
+    Args:
+        default_maxsize: capacity of a sub-queue not declared with :meth:`declare`; 0 = unbounded.
+    """
+
+    def __init__(self, default_maxsize: int = 0):
+        if default_maxsize < 0:
+            raise ValueError(f"maxsize must be >= 0 (0 = unbounded), got {default_maxsize}")
+        self.default_maxsize = default_maxsize
+        self._queues: dict[str, _Queue] = {}
+
+    def declare(self, key: str, maxsize: int) -> None:
+        """Set the capacity of sub-queue ``key`` (0 = unbounded); existing items are kept."""
+        if maxsize < 0:
+            raise ValueError(f"queue_size of {key!r} must be >= 0 (0 = unbounded), got {maxsize}")
+        self._queue(key).maxsize = maxsize
+        self._pump(self._queues[key])
+
+    def _queue(self, key: str) -> _Queue:
+        if key not in self._queues:
+            self._queues[key] = _Queue(maxsize=self.default_maxsize)
+        return self._queues[key]
+
+    def qsize(self, key: str) -> int:
+        """Items waiting in ``key`` (not counting blocked puts)."""
+        return len(self._queue(key).items)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per key: queued items, blocked puts, waiting getters, totals put and got."""
+        return {
+            k: {
+                "queued": len(q.items),
+                "blocked_puts": len(q.putters),
+                "waiting_gets": len(q.getters),
+                "total_put": q.total_put,
+                "total_got": q.total_got,
+            }
+            for k, q in self._queues.items()
+        }
+
+    async def put(self, key: str, item: Any, weight: float = 1.0, timeout: float | None = None) -> None:
+        """Append ``item``; while ``key`` is full, wait (backpressure) up to ``timeout`` seconds."""
+        q = self._queue(key)
+        if not q.putters and not q.full():
+            q.items.append((item, weight))
+            q.total_put += 1
+            self._pump(q)
+            return
+        putter = _Putter(item, weight, asyncio.get_running_loop().create_future())
+        q.putters.append(putter)
+        try:
+            await asyncio.wait_for(asyncio.shield(putter.future), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            if putter.future.done():  # admitted just as the timeout fired
+                return
+            q.putters.remove(putter)
+            putter.future.cancel()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise QueueTimeout(f"put to {key!r} timed out after {timeout} s (queue full)") from None
+
+    async def get(self, key: str, timeout: float | None = None) -> Any:
+        """Remove and return the oldest item of ``key``, waiting up to ``timeout`` seconds."""
+        return (await self.get_batch(key, count=1, timeout=timeout))[0]
+
+    async def get_batch(
+        self,
+        key: str,
+        count: int | None = None,
+        target_weight: float | None = None,
+        timeout: float | None = None,
+    ) -> list:
+        """Remove ``count`` items, or items until their weights sum to ``target_weight``.
+
+        Exactly one of ``count`` / ``target_weight`` must be given. Items are taken as they
+        arrive, so a batch larger than the queue's capacity still completes.
+        """
+        if (count is None) == (target_weight is None):
+            raise ValueError("give exactly one of count or target_weight")
+        if count is not None and count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        if target_weight is not None and target_weight <= 0:
+            raise ValueError(f"target_weight must be > 0, got {target_weight}")
+        q = self._queue(key)
+        getter = _Getter(count, target_weight, asyncio.get_running_loop().create_future())
+        q.getters.append(getter)
+        self._pump(q)
+        try:
+            return await asyncio.wait_for(asyncio.shield(getter.future), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            if getter.future.done() and not getter.future.cancelled():
+                return getter.future.result()
+            q.getters.remove(getter)
+            getter.future.cancel()
+            # Give back what this getter had collected, in order, ahead of everything else.
+            for item, weight in reversed(list(zip(getter.got, getter.weights))):
+                q.items.appendleft((item, weight))
+            q.total_got -= len(getter.got)
+            self._pump(q)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise QueueTimeout(f"get from {key!r} timed out after {timeout} s") from None
+
+    def _pump(self, q: _Queue) -> None:
+        """Move admitted putters into the queue and hand items to waiting getters, in order."""
+        while True:
+            while q.putters and not q.full():
+                putter = q.putters.popleft()
+                q.items.append((putter.item, putter.weight))
+                q.total_put += 1
+                putter.future.set_result(None)
+            if not (q.getters and q.items):
+                return
+            getter = q.getters[0]
+            item, weight = q.items.popleft()
+            getter.got.append(item)
+            getter.weights.append(weight)
+            getter.got_weight += weight
+            q.total_got += 1
+            if getter.satisfied():
+                q.getters.popleft()
+                getter.future.set_result(getter.got)

@@ -1,0 +1,169 @@
+"""Attach to (or start) a Ray cluster and describe its nodes in placement terms.
+
+Node ranks: if every node carries the label ``rlinf.io/node-rank`` (set with
+``ray start --labels rlinf.io/node-rank=N``) that number is its rank; otherwise the head node is
+rank 0 and the others follow in (IP, node id) order.
+
+Accelerators: a node's ``GPU`` resource count. On a cluster without GPUs, accelerators are logical
+slots (``accelerators_per_node``, default 1 per node) and workers use the CPU device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from rlinf.scheduler.errors import ClusterError
+from rlinf.scheduler.placement import ClusterShape, NodeGroup
+
+logger = logging.getLogger(__name__)
+
+NODE_RANK_LABEL = "rlinf.io/node-rank"
+
+#: Environment every worker process starts with (on top of the user's runtime_env).
+WORKER_ENV = {
+    # Tensors fetched from the object store are views of shared memory, not copies.
+    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
+    # rlinf sets CUDA_VISIBLE_DEVICES per worker from the placement plan.
+    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One Ray node as the placement sees it."""
+
+    rank: int
+    node_id: str
+    ip: str
+    num_accelerators: int
+    has_gpus: bool
+    is_head: bool
+
+
+class Cluster:
+    """A Ray cluster with nodes ranked for placement.
+
+    Args:
+        num_nodes: nodes the job uses (``cluster.num_nodes``); ``None`` = all alive nodes.
+        accelerators_per_node: on GPU-less nodes, logical accelerator slots per node; on GPU
+            nodes, an upper bound check against the node's GPUs (``None`` = what the node has).
+        address: Ray address to attach to; ``None`` = ``RAY_ADDRESS`` or a cluster started with
+            ``ray start`` on this machine, else an embedded local cluster is started.
+        node_groups: labelled node groups from ``cluster.node_groups`` (see placement docs).
+        namespace: Ray namespace for named actors (channels) of this job.
+
+    Example:
+        >>> from rlinf.scheduler import Cluster
+        >>> cluster = Cluster(num_nodes=1, accelerators_per_node=2)  # doctest: +SKIP
+        >>> cluster.shape.num_nodes  # doctest: +SKIP
+        1
+    """
+
+    def __init__(
+        self,
+        num_nodes: int | None = None,
+        accelerators_per_node: int | None = None,
+        address: str | None = None,
+        node_groups: tuple[NodeGroup, ...] = (),
+        namespace: str = "rlinf",
+    ):
+        import ray
+
+        self.namespace = namespace
+        if not ray.is_initialized():
+            _init_ray(address, namespace)
+        self.nodes = _rank_nodes(_alive_nodes(), accelerators_per_node)
+        if num_nodes is not None:
+            if num_nodes > len(self.nodes):
+                raise ClusterError(
+                    f"cluster.num_nodes={num_nodes} but the Ray cluster has {len(self.nodes)} "
+                    "alive node(s); start the others with `ray start --address <head>`"
+                )
+            self.nodes = self.nodes[:num_nodes]
+        self.shape = ClusterShape(
+            num_nodes=len(self.nodes),
+            accelerators_per_node=(
+                accelerators_per_node
+                if accelerators_per_node is not None
+                else self.nodes[0].num_accelerators
+            ),
+            node_groups=tuple(node_groups),
+        )
+        for node in self.nodes:
+            declared = self.shape.accelerators_on(node.rank)
+            if declared > node.num_accelerators:
+                raise ClusterError(
+                    f"node {node.rank} ({node.ip}) has {node.num_accelerators} accelerator(s) "
+                    f"but the cluster config declares {declared}"
+                )
+
+    def node(self, rank: int) -> NodeInfo:
+        """The node with placement rank ``rank``."""
+        return self.nodes[rank]
+
+    def describe(self) -> str:
+        """One line per node: rank, IP, accelerators."""
+        lines = []
+        for n in self.nodes:
+            kind = "GPU" if n.has_gpus else "logical slot"
+            lines.append(f"node {n.rank}: {n.ip} ({n.num_accelerators} {kind}(s){', head' if n.is_head else ''})")
+        return "\n".join(lines)
+
+
+def _init_ray(address: str | None, namespace: str) -> None:
+    import ray
+
+    env = dict(WORKER_ENV)
+    kwargs = dict(namespace=namespace, runtime_env={"env_vars": env}, log_to_driver=True)
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address is None:
+        try:
+            ray.init(address="auto", **kwargs)
+            logger.info("attached to the running Ray cluster")
+            return
+        except ConnectionError:
+            pass
+        # No cluster running here: start an embedded one, dashboard off.
+        ray.init(include_dashboard=False, **kwargs)
+        return
+    ray.init(address=address, **kwargs)
+
+
+def _alive_nodes() -> list[dict]:
+    import ray
+
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def _rank_nodes(raw: list[dict], accelerators_per_node: int | None) -> list[NodeInfo]:
+    labelled = [n for n in raw if NODE_RANK_LABEL in n.get("Labels", {})]
+    if labelled and len(labelled) == len(raw):
+        ordered = sorted(raw, key=lambda n: int(n["Labels"][NODE_RANK_LABEL]))
+    else:
+        if labelled:
+            logger.warning("only some nodes carry %s; ranking by head/IP instead", NODE_RANK_LABEL)
+        ordered = sorted(
+            raw,
+            key=lambda n: (
+                "node:__internal_head__" not in n["Resources"],
+                tuple(int(p) if p.isdigit() else 0 for p in n["NodeManagerAddress"].split(".")),
+                n["NodeID"],
+            ),
+        )
+    nodes = []
+    for rank, n in enumerate(ordered):
+        gpus = int(n["Resources"].get("GPU", 0))
+        count = gpus if gpus else (accelerators_per_node if accelerators_per_node is not None else 1)
+        nodes.append(
+            NodeInfo(
+                rank=rank,
+                node_id=n["NodeID"],
+                ip=n["NodeManagerAddress"],
+                num_accelerators=count,
+                has_gpus=gpus > 0,
+                is_head="node:__internal_head__" in n["Resources"],
+            )
+        )
+    return nodes

@@ -1,0 +1,120 @@
+"""The handle a group call returns: wait (with timeout), ``await``, per-rank results and times."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from rlinf.scheduler.errors import CallTimeoutError, WorkerDiedError, WorkerError
+from rlinf.scheduler.worker import CallResult
+
+if TYPE_CHECKING:
+    from rlinf.scheduler.worker_group import WorkerGroup
+
+
+class GroupCall:
+    """One method call running on several ranks of a worker group.
+
+    Use :meth:`wait` (blocking, optional timeout) or ``await call``. Either returns the results in
+    rank order; :attr:`results_by_rank` and :attr:`elapsed` (seconds spent inside each worker) are
+    filled once the call is done. The first failing rank raises at once, as
+    :class:`~rlinf.scheduler.WorkerError` (with the remote traceback) or
+    :class:`~rlinf.scheduler.WorkerDiedError`; the call never waits on the other ranks then.
+    """
+
+    def __init__(self, group: "WorkerGroup", method: str, ranks: list[int], refs: list):
+        self.group, self.method, self.ranks = group, method, ranks
+        self._refs = dict(zip(ranks, refs))
+        self._submitted = time.perf_counter()
+        self.results_by_rank: dict[int, Any] = {}
+        self.elapsed: dict[int, float] = {}
+        self.wall_time: float | None = None
+
+    def done(self) -> bool:
+        """True when every rank has answered (successfully or not)."""
+        import ray
+
+        pending = [r for k, r in self._refs.items() if k not in self.results_by_rank]
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+        return len(ready) == len(pending)
+
+    def wait(self, timeout: float | None = None) -> list[Any]:
+        """Block until all ranks answer; return their results in rank order.
+
+        Raises:
+            CallTimeoutError: ``timeout`` seconds passed; names the ranks still running.
+            WorkerError / WorkerDiedError: a rank failed.
+        """
+        import ray
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        rank_of = {ref: rank for rank, ref in self._refs.items()}
+        pending = [r for k, r in self._refs.items() if k not in self.results_by_rank]
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not ready:
+                still = sorted(rank_of[r] for r in pending)
+                raise CallTimeoutError(self.group.name, self.method, still, timeout)
+            for ref in ready:
+                self._settle(rank_of[ref], lambda: ray.get(ref))
+        return self._finish()
+
+    def __await__(self):
+        return self._wait_async().__await__()
+
+    async def _wait_async(self) -> list[Any]:
+        pending = {rank: ref for rank, ref in self._refs.items() if rank not in self.results_by_rank}
+
+        async def one(rank, ref):
+            try:
+                return rank, await ref, None
+            except Exception as exc:  # noqa: BLE001 - re-raised below with the worker's name
+                return rank, None, exc
+
+        for next_done in asyncio.as_completed([one(k, r) for k, r in pending.items()]):
+            rank, value, exc = await next_done
+
+            def get(value=value, exc=exc):
+                if exc is not None:
+                    raise exc
+                return value
+
+            self._settle(rank, get)
+        return self._finish()
+
+    def _settle(self, rank: int, get) -> None:
+        import ray
+
+        worker = f"{self.group.name}[{rank}]"
+        node = self.group.placement.processes[rank].node
+        try:
+            result: CallResult = get()
+        except ray.exceptions.RayActorError as exc:
+            if exc.actor_init_failed:
+                # The worker's __init__ raised: report it like any other worker exception.
+                raise WorkerError(worker, node, "__init__", _strip_ansi(exc.error_msg)) from None
+            raise WorkerDiedError(worker, node, self.method, _first_line(exc)) from None
+        except ray.exceptions.RayError as exc:
+            raise WorkerError(worker, node, self.method, str(exc)) from None
+        if result.error is not None:
+            raise WorkerError(worker, node, self.method, result.error)
+        self.results_by_rank[rank] = result.value
+        self.elapsed[rank] = result.elapsed
+
+    def _finish(self) -> list[Any]:
+        if self.wall_time is None:
+            self.wall_time = time.perf_counter() - self._submitted
+        return [self.results_by_rank[r] for r in self.ranks]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _strip_ansi(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)

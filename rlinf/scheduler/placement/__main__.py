@@ -1,0 +1,135 @@
+"""Show where every component of a config would run, without starting anything.
+
+Usage::
+
+    python -m rlinf.scheduler.placement CONFIG.yaml [--nodes N] [--accelerators-per-node M] [--json]
+
+Prints a grid of nodes x accelerators (or, with ``--json``, the plan as JSON) and exits 0. Any
+invalid input prints one line ``error: ...`` to stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Mapping, Sequence
+
+import yaml
+
+from rlinf.scheduler.placement.builder import plan_placement
+from rlinf.scheduler.placement.grammar import PlacementError
+from rlinf.scheduler.placement.render import plan_to_json, render_grid
+from rlinf.scheduler.placement.shape import parse_cluster_shape
+
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 safe loader without sexagesimal ints, so ``1:0`` stays the string ``'1:0'``."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _INT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    _INT_TAG,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+
+
+class CliError(Exception):
+    """An invalid input of the CLI; its message is the one line printed after ``error:``."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _reject_interpolation(value: object, key: str) -> None:
+    if isinstance(value, str) and "${" in value:
+        raise CliError(
+            f"{key}: interpolation {value!r} is not supported by this CLI; write the value literally"
+        )
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _reject_interpolation(k, key)
+            _reject_interpolation(v, f"{key}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _reject_interpolation(v, f"{key}[{i}]")
+
+
+def load_cluster(path: str) -> Mapping:
+    """The ``cluster:`` mapping of the YAML file at ``path``; CliError when there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.load(f, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CliError(f"cannot read {path}: not UTF-8 text ({exc.reason})") from None
+    except yaml.YAMLError as exc:
+        raise CliError(f"{path}: invalid YAML: {_one_line(exc)}") from None
+    if not isinstance(doc, Mapping) or "cluster" not in doc:
+        raise CliError(f"{path}: no top-level 'cluster:' mapping")
+    cluster = doc["cluster"]
+    if not isinstance(cluster, Mapping):
+        raise CliError(f"{path}: 'cluster' is {type(cluster).__name__}, expected a mapping")
+    if "component_placement" not in cluster:
+        raise CliError(f"{path}: 'cluster' has no 'component_placement'")
+    return cluster
+
+
+def run(argv: Sequence[str] | None = None) -> str:
+    """Parse ``argv``, plan the config and return the text to print; CliError/PlacementError on bad input."""
+    parser = argparse.ArgumentParser(
+        prog="python -m rlinf.scheduler.placement",
+        description="Show where every component of a config runs (node x accelerator grid).",
+    )
+    parser.add_argument("config", help="YAML file with a top-level cluster: mapping")
+    parser.add_argument("--nodes", type=int, help="number of nodes (overrides cluster.num_nodes)")
+    parser.add_argument("--accelerators-per-node", type=int,
+                        help="accelerators per node (overrides cluster.accelerators_per_node; default 8)")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    args = parser.parse_args(argv)
+    cluster = load_cluster(args.config)
+    checked = {"component_placement", "node_groups"}
+    if args.nodes is None:
+        checked.add("num_nodes")
+    if args.accelerators_per_node is None:
+        checked.add("accelerators_per_node")
+    for name in sorted(checked):
+        _reject_interpolation(cluster.get(name), f"cluster.{name}")
+    shape = parse_cluster_shape(
+        cluster, num_nodes=args.nodes, accelerators_per_node=args.accelerators_per_node
+    )
+    plan = plan_placement(cluster["component_placement"], shape)
+    if args.json:
+        return json.dumps(plan_to_json(plan), indent=2)
+    return render_grid(plan)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 2 invalid input)."""
+    try:
+        text = run(argv)
+    except (CliError, PlacementError) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        print(f"error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

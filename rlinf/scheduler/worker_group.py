@@ -1,0 +1,187 @@
+"""Launch a :class:`~rlinf.scheduler.Worker` subclass on a component's placement and call it.
+
+Example (needs Ray; see ``docs/scheduler.md`` for a full walk-through):
+
+    >>> from rlinf.scheduler import Cluster, Worker, WorkerGroup, plan_placement
+    >>> class Echo(Worker):
+    ...     def whoami(self):
+    ...         return self.rank, self.accelerators
+    >>> cluster = Cluster(num_nodes=1, accelerators_per_node=2)            # doctest: +SKIP
+    >>> plan = plan_placement({"echo": "0-1"}, cluster.shape)              # doctest: +SKIP
+    >>> group = WorkerGroup.launch(cluster, Echo, plan.component("echo"))  # doctest: +SKIP
+    >>> group.whoami().wait(timeout=30)                                    # doctest: +SKIP
+    [(0, (0,)), (1, (1,))]
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Sequence
+
+from rlinf.scheduler.cluster import WORKER_ENV, Cluster
+from rlinf.scheduler.group_call import GroupCall
+from rlinf.scheduler.placement import ComponentPlacement
+from rlinf.scheduler.worker import (
+    ENV_ACCELERATORS,
+    ENV_GROUP,
+    ENV_HAS_GPUS,
+    ENV_NODE_RANK,
+    Worker,
+)
+
+
+class WorkerGroup:
+    """The processes of one component, one Ray actor per placed process.
+
+    Create with :meth:`launch`. Any public method of the worker class can be called on the group:
+    ``group.step(batch)`` is ``group.execute("step", batch)`` and returns a
+    :class:`~rlinf.scheduler.GroupCall`.
+    """
+
+    def __init__(self, cluster: Cluster, placement: ComponentPlacement, name: str,
+                 worker_cls: type[Worker], actors: list):
+        self.cluster, self.placement, self.name = cluster, placement, name
+        self.worker_cls = worker_cls
+        self.actors = actors
+
+    @classmethod
+    def launch(
+        cls,
+        cluster: Cluster,
+        worker_cls: type[Worker],
+        placement: ComponentPlacement,
+        *,
+        name: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        max_concurrency: int = 1,
+        start_timeout: float = 120.0,
+    ) -> "WorkerGroup":
+        """Start one process per placed rank and wait until all have run ``__init__``.
+
+        Args:
+            cluster: the cluster the placement was planned for.
+            worker_cls: a :class:`Worker` subclass.
+            placement: the component's placement (``plan.component(name)``).
+            name: group name (default: the component name).
+            args, kwargs: passed to ``worker_cls(...)`` on every rank.
+            env: extra environment variables for every rank.
+            max_concurrency: calls one worker may run at once (threads).
+            start_timeout: seconds to wait for every rank's ``__init__``.
+
+        Raises:
+            WorkerError / WorkerDiedError: a rank's ``__init__`` failed.
+        """
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
+            raise TypeError(f"worker_cls must subclass rlinf.scheduler.Worker, got {worker_cls!r}")
+        name = name or placement.name
+        master = cluster.node(placement.processes[0].node)
+        master_port = ray.get(
+            _free_port.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(master.node_id, soft=False)
+            ).remote()
+        )
+        remote_cls = ray.remote(worker_cls)
+        actors = []
+        for proc in placement.processes:
+            node = cluster.node(proc.node)
+            proc_env = {
+                **WORKER_ENV,
+                **(env or {}),
+                "RANK": str(proc.rank),
+                "WORLD_SIZE": str(placement.world_size),
+                "LOCAL_RANK": str(proc.local_rank),
+                "LOCAL_WORLD_SIZE": str(proc.local_world_size),
+                "MASTER_ADDR": master.ip,
+                "MASTER_PORT": str(master_port),
+                ENV_GROUP: name,
+                ENV_NODE_RANK: str(proc.node),
+                ENV_ACCELERATORS: ",".join(map(str, proc.accelerators)),
+                ENV_HAS_GPUS: "1" if node.has_gpus and proc.accelerators else "0",
+            }
+            if node.has_gpus:
+                proc_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, proc.accelerators))
+            actor = remote_cls.options(
+                num_cpus=0,
+                num_gpus=0,
+                max_concurrency=max_concurrency,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
+                runtime_env={"env_vars": proc_env},
+            ).remote(*args, **(kwargs or {}))
+            actors.append(actor)
+        group = cls(cluster, placement, name, worker_cls, actors)
+        group._execute("_rlinf_ping").wait(timeout=start_timeout)
+        return group
+
+    @property
+    def world_size(self) -> int:
+        return len(self.actors)
+
+    def execute(self, method: str, *args: Any, ranks: Sequence[int] | None = None,
+                **kwargs: Any) -> GroupCall:
+        """Run ``method(*args, **kwargs)`` on ``ranks`` (default: all) and return the call handle."""
+        if method.startswith("_") or not callable(getattr(self.worker_cls, method, None)):
+            raise AttributeError(f"{self.name} workers ({self.worker_cls.__name__}) have no public method {method!r}")
+        return self._execute(method, *args, ranks=ranks, **kwargs)
+
+    def _execute(self, method: str, *args: Any, ranks: Sequence[int] | None = None,
+                 **kwargs: Any) -> GroupCall:
+        ranks = list(range(self.world_size)) if ranks is None else list(ranks)
+        for r in ranks:
+            if not 0 <= r < self.world_size:
+                raise IndexError(f"{self.name} has ranks 0-{self.world_size - 1}, not {r}")
+        refs = [self.actors[r]._rlinf_call.remote(method, args, kwargs) for r in ranks]
+        return GroupCall(self, method, ranks, refs)
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return lambda *args, **kwargs: self.execute(method, *args, **kwargs)
+
+    def check_alive(self, timeout: float = 10.0) -> None:
+        """Raise :class:`WorkerDiedError` naming the first rank that does not answer a ping."""
+        self._execute("_rlinf_ping").wait(timeout=timeout)
+
+    def shutdown(self) -> None:
+        """Kill every process of the group."""
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already dead is fine
+                pass
+        self.actors = []
+
+
+def _remote_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _lazy_remote(fn, **options):
+    holder = {}
+
+    class _Proxy:
+        def options(self, **kw):
+            return self._get().options(**kw)
+
+        def remote(self, *a, **kw):
+            return self._get().remote(*a, **kw)
+
+        def _get(self):
+            import ray
+
+            if "f" not in holder:
+                holder["f"] = ray.remote(**options)(fn)
+            return holder["f"]
+
+    return _Proxy()
+
+
+_free_port = _lazy_remote(_remote_free_port, num_cpus=0)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create or refresh the project's virtualenv (.venv) and install rlinf with the
+# extras named in RLINF_EXTRAS (default: dev). Idempotent: when pyproject.toml,
+# the constraints and the extras are unchanged since the last successful run,
+# it returns at once.
+#
+#   bash scripts/setup_env.sh            # core + dev
+#   RLINF_EXTRAS=dev,math bash scripts/setup_env.sh
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+venv="${RLINF_VENV:-$root/.venv}"
+extras="${RLINF_EXTRAS:-dev}"
+python="${PYTHON:-python3}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "[setup] creating virtualenv at $venv"
+    "$python" -m venv "$venv"
+fi
+
+stamp="$venv/.rlinf-setup-stamp"
+want="$(cat pyproject.toml constraints/cpu.txt scripts/setup_env.sh | sha256sum | cut -c1-16)-$extras"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exit 0
+fi
+
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+constraints=()
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+    # No GPU here: the CPU build of torch, and never a CUDA one pulled in by a dependency.
+    constraints=(-c constraints/cpu.txt)
+fi
+echo "[setup] installing rlinf[$extras] into $venv (first run takes a few minutes)"
+"${pip[@]}" install --upgrade pip setuptools wheel
+"${pip[@]}" install "${constraints[@]}" -e ".[$extras]"
+# torchvision/torchaudio/torchcodec from the index are CUDA-linked and break
+# transformers' imports against CPU torch; a dependency may drag them in.
+if [ ${#constraints[@]} -gt 0 ]; then
+    "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+fi
+echo "$want" > "$stamp"
+echo "[setup] done"

@@ -1,0 +1,174 @@
+"""WorkerGroup on a real fake multi-node Ray cluster: placement, env, calls, errors, death."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+import pytest
+import ray.cloudpickle
+
+from rlinf.scheduler import (
+    CallTimeoutError,
+    Cluster,
+    ClusterError,
+    Worker,
+    WorkerDiedError,
+    WorkerError,
+    WorkerGroup,
+    plan_placement,
+)
+
+# Workers cannot import tests/: ship this module's classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+pytestmark = pytest.mark.ray
+
+
+class Probe(Worker):
+    def __init__(self, tag="x"):
+        self.tag = tag
+
+    def where(self):
+        import ray
+
+        env = {k: os.environ.get(k) for k in
+               ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "CUDA_VISIBLE_DEVICES")}
+        return {"rank": self.rank, "node": self.node_rank, "accelerators": self.accelerators,
+                "node_id": ray.get_runtime_context().get_node_id(), "env": env, "tag": self.tag,
+                "pid": os.getpid(), "device": str(self.device)}
+
+    def fail(self, message):
+        raise ValueError(message)
+
+    def sleep(self, seconds):
+        time.sleep(seconds)
+        return self.rank
+
+    def allreduce_rank(self):
+        import torch
+        import torch.distributed as dist
+
+        self.init_process_group()
+        t = torch.tensor([float(self.rank + 1)])
+        dist.all_reduce(t)
+        return t.item()
+
+
+class BrokenInit(Worker):
+    def __init__(self):
+        raise RuntimeError("cannot load the model")
+
+    def noop(self):
+        return None
+
+
+@pytest.fixture(scope="module")
+def spread(ray_cluster):
+    """Two processes: rank 0 on node 0 accelerator 0, rank 1 on global rank 14 (node 1, local 6)."""
+    plan = plan_placement({"probe": "0,14"}, ray_cluster.shape)
+    group = WorkerGroup.launch(ray_cluster, Probe, plan.component("probe"), kwargs={"tag": "t"})
+    yield group
+    group.shutdown()
+
+
+def test_node_spanning_rank_runs_on_node_1_and_sees_local_device_6(ray_cluster, spread):
+    info = spread.where().wait(timeout=60)
+    assert [i["rank"] for i in info] == [0, 1]
+    assert info[1]["node"] == 1 and info[1]["accelerators"] == (6,)
+    assert info[1]["node_id"] == ray_cluster.node(1).node_id
+    assert info[0]["node_id"] == ray_cluster.node(0).node_id
+    assert info[1]["env"]["CUDA_VISIBLE_DEVICES"] == "6"
+    assert info[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    # Logical GPUs only: no CUDA here, so the worker computes on the CPU.
+    assert info[1]["device"] == "cpu"
+    assert info[0]["tag"] == "t"
+
+
+def test_distributed_env_is_complete_and_torch_distributed_works(spread):
+    info = spread.where().wait(timeout=60)
+    for i in info:
+        assert i["env"]["RANK"] == str(i["rank"])
+        assert i["env"]["WORLD_SIZE"] == "2"
+        assert i["env"]["LOCAL_RANK"] == "0" and i["env"]["LOCAL_WORLD_SIZE"] == "1"
+    assert info[0]["env"]["MASTER_PORT"] == info[1]["env"]["MASTER_PORT"]
+    assert info[0]["env"]["MASTER_ADDR"] == info[1]["env"]["MASTER_ADDR"]
+    # gloo all-reduce across the two nodes: rank r contributes r + 1 -> 1 + 2
+    out = spread.execute("allreduce_rank").wait(timeout=120)
+    assert out == [3.0, 3.0]
+
+
+def test_per_rank_arguments_results_and_elapsed(spread):
+    call = spread.execute("sleep", 0.2, ranks=[1])
+    assert call.wait(timeout=30) == [1]
+    assert call.results_by_rank == {1: 1}
+    assert call.elapsed[1] >= 0.2
+    assert call.wall_time >= call.elapsed[1]
+
+
+def test_async_await(spread):
+    async def main():
+        return await spread.sleep(0.05)
+
+    assert asyncio.run(main()) == [0, 1]
+
+
+def test_exception_names_worker_rank_node_and_remote_traceback(spread):
+    with pytest.raises(WorkerError) as err:
+        spread.execute("fail", "disk is full", ranks=[1]).wait(timeout=30)
+    text = str(err.value)
+    assert err.value.worker == "probe[1]" and err.value.node == 1
+    assert "probe[1] on node 1 raised in fail()" in text
+    assert "ValueError: disk is full" in text
+    assert "in fail" in text  # the remote frame, not only the message
+    assert "_rlinf_call" not in text
+
+
+def test_timeout_names_ranks_still_running(spread):
+    with pytest.raises(CallTimeoutError) as err:
+        spread.sleep(3).wait(timeout=0.3)
+    assert err.value.pending_ranks == [0, 1]
+    spread.sleep(0).wait(timeout=30)  # the group is usable afterwards
+
+
+def test_unknown_method_fails_before_any_call(spread):
+    with pytest.raises(AttributeError, match="no public method 'nope'"):
+        spread.nope()
+    with pytest.raises(IndexError, match="ranks 0-1"):
+        spread.execute("sleep", 0, ranks=[5])
+
+
+def test_failed_init_is_reported_at_launch(ray_cluster):
+    plan = plan_placement({"broken": "3"}, ray_cluster.shape)
+    with pytest.raises((WorkerError, WorkerDiedError)) as err:
+        WorkerGroup.launch(ray_cluster, BrokenInit, plan.component("broken"), start_timeout=60)
+    assert "broken[0]" in str(err.value)
+    assert "cannot load the model" in str(err.value)
+
+
+def test_killed_worker_is_reported_as_died_not_a_hang(ray_cluster):
+    plan = plan_placement({"victim": "8-9"}, ray_cluster.shape)
+    group = WorkerGroup.launch(ray_cluster, Probe, plan.component("victim"))
+    pids = [i["pid"] for i in group.where().wait(timeout=60)]
+    call = group.sleep(60)
+    time.sleep(0.5)
+    os.kill(pids[1], 9)
+    with pytest.raises(WorkerDiedError) as err:
+        call.wait(timeout=30)  # a hang would surface as CallTimeoutError instead
+    assert err.value.worker == "victim[1]" and err.value.node == 1
+    with pytest.raises(WorkerDiedError):
+        group.check_alive(timeout=30)
+    group.shutdown()
+
+
+def test_non_worker_class_is_rejected(ray_cluster):
+    plan = plan_placement({"x": "0"}, ray_cluster.shape)
+    with pytest.raises(TypeError, match="must subclass"):
+        WorkerGroup.launch(ray_cluster, dict, plan.component("x"))
+
+
+def test_cluster_with_too_few_nodes_is_an_error(ray_cluster):
+    with pytest.raises(ClusterError, match="cluster.num_nodes=3 but the Ray cluster has 2"):
+        Cluster(num_nodes=3)
