@@ -10,10 +10,13 @@ slots (``accelerators_per_node``, default 1 per node) and workers use the CPU de
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import socket
 from dataclasses import dataclass
 
+from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.errors import ClusterError
 from rlinf.scheduler.placement import ClusterShape, NodeGroup
 
@@ -23,8 +26,6 @@ NODE_RANK_LABEL = "rlinf.io/node-rank"
 
 #: Environment every worker process starts with (on top of the user's runtime_env).
 WORKER_ENV = {
-    # Tensors fetched from the object store are views of shared memory, not copies.
-    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
     # rlinf sets CUDA_VISIBLE_DEVICES per worker from the placement plan.
     "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
 }
@@ -91,6 +92,25 @@ class Cluster:
             ),
             node_groups=tuple(node_groups),
         )
+        self._check_shape()
+
+    @classmethod
+    def from_config(cls, cfg: "ClusterConfig", address: str | None = None) -> "Cluster":
+        """Attach/start Ray for a validated ``cluster:`` section and adopt its node groups.
+
+        Example:
+            >>> cfg = ClusterConfig.from_dict({"num_nodes": 1, "accelerators_per_node": 2,
+            ...                                "component_placement": {"a": "all"}})  # doctest: +SKIP
+            >>> Cluster.from_config(cfg).shape.accelerators_per_node  # doctest: +SKIP
+            2
+        """
+        cluster = cls(num_nodes=cfg.num_nodes, accelerators_per_node=cfg.accelerators_per_node,
+                      address=address)
+        cluster.shape = cfg.shape(accelerators_per_node=cluster.shape.accelerators_per_node)
+        cluster._check_shape()
+        return cluster
+
+    def _check_shape(self) -> None:
         for node in self.nodes:
             declared = self.shape.accelerators_on(node.rank)
             if declared > node.num_accelerators:
@@ -167,3 +187,26 @@ def _rank_nodes(raw: list[dict], accelerators_per_node: int | None) -> list[Node
             )
         )
     return nodes
+
+
+def free_port_on(node: NodeInfo) -> int:
+    """A TCP port that is free right now on ``node`` (asked by a tiny task pinned there)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = _free_port_task().options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
+    return ray.get(task.remote())
+
+
+@functools.cache
+def _free_port_task():
+    import ray
+
+    return ray.remote(num_cpus=0)(_bind_free_port)
+
+
+def _bind_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]

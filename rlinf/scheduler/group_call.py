@@ -7,7 +7,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rlinf.scheduler.errors import CallTimeoutError, WorkerDiedError, WorkerError
-from rlinf.scheduler.worker import CallResult
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
@@ -90,7 +89,7 @@ class GroupCall:
         worker = f"{self.group.name}[{rank}]"
         node = self.group.placement.processes[rank].node
         try:
-            result: CallResult = get()
+            value, error, elapsed = get()
         except ray.exceptions.RayActorError as exc:
             if exc.actor_init_failed:
                 # The worker's __init__ raised: report it like any other worker exception.
@@ -98,10 +97,10 @@ class GroupCall:
             raise WorkerDiedError(worker, node, self.method, _first_line(exc)) from None
         except ray.exceptions.RayError as exc:
             raise WorkerError(worker, node, self.method, str(exc)) from None
-        if result.error is not None:
-            raise WorkerError(worker, node, self.method, result.error)
-        self.results_by_rank[rank] = result.value
-        self.elapsed[rank] = result.elapsed
+        if error is not None:
+            raise WorkerError(worker, node, self.method, error)
+        self.results_by_rank[rank] = value
+        self.elapsed[rank] = elapsed
 
     def _finish(self) -> list[Any]:
         if self.wall_time is None:

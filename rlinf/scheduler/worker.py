@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass
 from typing import Any
 
 # Keys of the environment a worker process is started with (see WorkerGroup).
@@ -28,15 +27,6 @@ ENV_GROUP = "RLINF_GROUP_NAME"
 ENV_NODE_RANK = "RLINF_NODE_RANK"
 ENV_ACCELERATORS = "RLINF_ACCELERATORS"
 ENV_HAS_GPUS = "RLINF_HAS_GPUS"
-
-
-@dataclass
-class CallResult:
-    """What a worker returns for one call: the value or the formatted exception, and time spent."""
-
-    value: Any = None
-    error: str | None = None
-    elapsed: float = 0.0
 
 
 class Worker:
@@ -105,16 +95,54 @@ class Worker:
             torch.cuda.set_device(self.device)
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
 
+    def send_tensors(self, link: str, tensors: dict) -> int:
+        """Send ``tensors`` (name -> tensor) over link ``link``; this worker must be its source.
+
+        The receivers call :meth:`recv_tensors` at the same time. Returns the bytes sent.
+        """
+        from rlinf.scheduler.transfer import send_tensors
+
+        return send_tensors(self._rlinf_link(link), tensors)
+
+    def recv_tensors(self, link: str) -> dict:
+        """Receive the dict of tensors the link's source sends with :meth:`send_tensors`."""
+        from rlinf.scheduler.transfer import recv_tensors
+
+        return recv_tensors(self._rlinf_link(link))
+
     # ---- called by WorkerGroup; not part of the user API -------------------------------------
-    def _rlinf_call(self, method: str, args: tuple, kwargs: dict) -> CallResult:
+    def _rlinf_link(self, name: str):
+        links = getattr(self, "_rlinf_links", {})
+        if name not in links:
+            known = ", ".join(links) or "none"
+            raise KeyError(f"no tensor link named {name!r} on this worker (links: {known}); "
+                           "create it on the driver with TensorLink.connect(...)")
+        return links[name]
+
+    def _rlinf_join_link(self, name, rank, world_size, addr, port, backend, bucket_bytes, timeout_s):
+        from rlinf.scheduler.transfer import join_link
+
+        if not hasattr(self, "_rlinf_links"):
+            self._rlinf_links = {}
+        self._rlinf_links[name] = join_link(name, rank, world_size, addr, port, backend,
+                                            bucket_bytes, timeout_s, self.device)
+
+    def _rlinf_device_type(self) -> str:
+        return self.device.type
+
+    def _rlinf_call(self, _rlinf_method: str, /, *args: Any, **kwargs: Any) -> tuple:
+        """Run one method; returns ``(value, formatted error or None, seconds)``.
+
+        A plain tuple and Ray's own argument passing: this wrapper sits on every group call.
+        """
         start = time.perf_counter()
         try:
-            value = getattr(self, method)(*args, **kwargs)
+            value = getattr(self, _rlinf_method)(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - the driver re-raises it with the worker's name
             # Drop this wrapper's own frame: the traceback starts in the user's method.
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
-            return CallResult(error=text, elapsed=time.perf_counter() - start)
-        return CallResult(value=value, elapsed=time.perf_counter() - start)
+            return None, text, time.perf_counter() - start
+        return value, None, time.perf_counter() - start
 
     def _rlinf_ping(self) -> tuple[str, int]:
         import ray

@@ -15,10 +15,9 @@ Example (needs Ray; see ``docs/scheduler.md`` for a full walk-through):
 
 from __future__ import annotations
 
-import socket
 from typing import Any, Sequence
 
-from rlinf.scheduler.cluster import WORKER_ENV, Cluster
+from rlinf.scheduler.cluster import WORKER_ENV, Cluster, free_port_on
 from rlinf.scheduler.group_call import GroupCall
 from rlinf.scheduler.placement import ComponentPlacement
 from rlinf.scheduler.worker import (
@@ -80,11 +79,7 @@ class WorkerGroup:
             raise TypeError(f"worker_cls must subclass rlinf.scheduler.Worker, got {worker_cls!r}")
         name = name or placement.name
         master = cluster.node(placement.processes[0].node)
-        master_port = ray.get(
-            _free_port.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(master.node_id, soft=False)
-            ).remote()
-        )
+        master_port = free_port_on(master)
         remote_cls = ray.remote(worker_cls)
         actors = []
         for proc in placement.processes:
@@ -134,7 +129,7 @@ class WorkerGroup:
         for r in ranks:
             if not 0 <= r < self.world_size:
                 raise IndexError(f"{self.name} has ranks 0-{self.world_size - 1}, not {r}")
-        refs = [self.actors[r]._rlinf_call.remote(method, args, kwargs) for r in ranks]
+        refs = [self.actors[r]._rlinf_call.remote(method, *args, **kwargs) for r in ranks]
         return GroupCall(self, method, ranks, refs)
 
     def __getattr__(self, method: str):
@@ -156,32 +151,3 @@ class WorkerGroup:
             except Exception:  # noqa: BLE001 - already dead is fine
                 pass
         self.actors = []
-
-
-def _remote_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _lazy_remote(fn, **options):
-    holder = {}
-
-    class _Proxy:
-        def options(self, **kw):
-            return self._get().options(**kw)
-
-        def remote(self, *a, **kw):
-            return self._get().remote(*a, **kw)
-
-        def _get(self):
-            import ray
-
-            if "f" not in holder:
-                holder["f"] = ray.remote(**options)(fn)
-            return holder["f"]
-
-    return _Proxy()
-
-
-_free_port = _lazy_remote(_remote_free_port, num_cpus=0)

@@ -71,8 +71,13 @@ def test_8_producers_4_consumers_exactly_once_fifo_with_backpressure(groups):
     channel.declare_queue("items", maxsize=4)  # small: producers block on a full queue
     consuming = consumers.consume(channel, "items")
     assert producers.produce(channel, N_PER_PRODUCER, "items").wait(timeout=240) == [N_PER_PRODUCER] * 8
-    for _ in range(4 * 3):  # enough end markers for every consumer's largest batch
-        channel.put(None, key="items")
+    # End markers until every consumer has stopped (a batch may swallow several markers).
+    deadline = time.monotonic() + 120
+    while not consuming.done() and time.monotonic() < deadline:
+        try:
+            channel.put(None, key="items", timeout=1)
+        except ChannelTimeout:
+            pass
     received = consuming.wait(timeout=240)
     every = sorted(x for got in received for x in got)
     assert every == [(p, i) for p in range(8) for i in range(N_PER_PRODUCER)]

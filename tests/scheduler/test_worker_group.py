@@ -67,8 +67,9 @@ class BrokenInit(Worker):
 
 @pytest.fixture(scope="module")
 def spread(ray_cluster):
-    """Two processes: rank 0 on node 0 accelerator 0, rank 1 on global rank 14 (node 1, local 6)."""
-    plan = plan_placement({"probe": "0,14"}, ray_cluster.shape)
+    """Rank 0 holds accelerators 0-1 of node 0; rank 1 is global rank 14 (node 1, local 6);
+    rank 2 is global rank 15 (node 1, local 7)."""
+    plan = plan_placement({"probe": "0-1:0,14:1,15:2"}, ray_cluster.shape)
     group = WorkerGroup.launch(ray_cluster, Probe, plan.component("probe"), kwargs={"tag": "t"})
     yield group
     group.shutdown()
@@ -76,12 +77,13 @@ def spread(ray_cluster):
 
 def test_node_spanning_rank_runs_on_node_1_and_sees_local_device_6(ray_cluster, spread):
     info = spread.where().wait(timeout=60)
-    assert [i["rank"] for i in info] == [0, 1]
+    assert [i["rank"] for i in info] == [0, 1, 2]
     assert info[1]["node"] == 1 and info[1]["accelerators"] == (6,)
     assert info[1]["node_id"] == ray_cluster.node(1).node_id
     assert info[0]["node_id"] == ray_cluster.node(0).node_id
     assert info[1]["env"]["CUDA_VISIBLE_DEVICES"] == "6"
-    assert info[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    # a process with several accelerators sees all of them
+    assert info[0]["accelerators"] == (0, 1) and info[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     # Logical GPUs only: no CUDA here, so the worker computes on the CPU.
     assert info[1]["device"] == "cpu"
     assert info[0]["tag"] == "t"
@@ -91,13 +93,14 @@ def test_distributed_env_is_complete_and_torch_distributed_works(spread):
     info = spread.where().wait(timeout=60)
     for i in info:
         assert i["env"]["RANK"] == str(i["rank"])
-        assert i["env"]["WORLD_SIZE"] == "2"
-        assert i["env"]["LOCAL_RANK"] == "0" and i["env"]["LOCAL_WORLD_SIZE"] == "1"
-    assert info[0]["env"]["MASTER_PORT"] == info[1]["env"]["MASTER_PORT"]
-    assert info[0]["env"]["MASTER_ADDR"] == info[1]["env"]["MASTER_ADDR"]
-    # gloo all-reduce across the two nodes: rank r contributes r + 1 -> 1 + 2
+        assert i["env"]["WORLD_SIZE"] == "3"
+    assert [(i["env"]["LOCAL_RANK"], i["env"]["LOCAL_WORLD_SIZE"]) for i in info] == [
+        ("0", "1"), ("0", "2"), ("1", "2")]
+    assert len({i["env"]["MASTER_PORT"] for i in info}) == 1
+    assert len({i["env"]["MASTER_ADDR"] for i in info}) == 1
+    # gloo all-reduce across the two nodes: rank r contributes r + 1 -> 1 + 2 + 3
     out = spread.execute("allreduce_rank").wait(timeout=120)
-    assert out == [3.0, 3.0]
+    assert out == [6.0, 6.0, 6.0]
 
 
 def test_per_rank_arguments_results_and_elapsed(spread):
@@ -112,7 +115,7 @@ def test_async_await(spread):
     async def main():
         return await spread.sleep(0.05)
 
-    assert asyncio.run(main()) == [0, 1]
+    assert asyncio.run(main()) == [0, 1, 2]
 
 
 def test_exception_names_worker_rank_node_and_remote_traceback(spread):
@@ -129,14 +132,14 @@ def test_exception_names_worker_rank_node_and_remote_traceback(spread):
 def test_timeout_names_ranks_still_running(spread):
     with pytest.raises(CallTimeoutError) as err:
         spread.sleep(3).wait(timeout=0.3)
-    assert err.value.pending_ranks == [0, 1]
+    assert err.value.pending_ranks == [0, 1, 2]
     spread.sleep(0).wait(timeout=30)  # the group is usable afterwards
 
 
 def test_unknown_method_fails_before_any_call(spread):
     with pytest.raises(AttributeError, match="no public method 'nope'"):
         spread.nope()
-    with pytest.raises(IndexError, match="ranks 0-1"):
+    with pytest.raises(IndexError, match="ranks 0-2"):
         spread.execute("sleep", 0, ranks=[5])
 
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from rlinf.scheduler.channel.actor import SLICE_EXPIRED, ChannelActor
-from rlinf.scheduler.channel.payload import pack, unpack
+from rlinf.scheduler.channel.payload import pack, unpack_many
 
 #: A blocked get re-asks the channel actor this often, so a consumer that dies while waiting
 #: stops holding a claim on the next item within this many seconds.
@@ -114,14 +114,13 @@ class Channel:
     def get_batch(self, key: str = "default", count: int | None = None,
                   target_weight: float | None = None, timeout: float | None = None) -> list:
         """Remove ``count`` items, or items until their weights reach ``target_weight``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _Deadline(timeout)
         while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            slice_s = GET_SLICE_S if left is None else min(GET_SLICE_S, left)
+            slice_s = deadline.next_slice()
             got = self._call(self._actor.get_batch.remote(key, count, target_weight, slice_s))
             if not _expired(got):
-                return [unpack(p) for p in got]
-            if left is not None and left <= slice_s:
+                return unpack_many(got)
+            if deadline.passed():
                 raise ChannelTimeout(f"get from {self.name}/{key} timed out after {timeout} s")
 
     def qsize(self, key: str = "default") -> int:
@@ -148,14 +147,13 @@ class Channel:
                               target_weight: float | None = None,
                               timeout: float | None = None) -> list:
         """``await`` form of :meth:`get_batch`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = _Deadline(timeout)
         while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            slice_s = GET_SLICE_S if left is None else min(GET_SLICE_S, left)
+            slice_s = deadline.next_slice()
             got = await self._acall(self._actor.get_batch.remote(key, count, target_weight, slice_s))
             if not _expired(got):
-                return [unpack(p) for p in got]
-            if left is not None and left <= slice_s:
+                return unpack_many(got)
+            if deadline.passed():
                 raise ChannelTimeout(f"get from {self.name}/{key} timed out after {timeout} s")
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -174,6 +172,21 @@ class Channel:
             return await ref
         except ray.exceptions.RayActorError as exc:
             raise ChannelClosedError(f"channel {self.name!r} is gone: {exc}") from None
+
+
+class _Deadline:
+    """Splits a get's timeout (``None`` = forever) into server-side waits of at most GET_SLICE_S."""
+
+    def __init__(self, timeout: float | None):
+        self.end = None if timeout is None else time.monotonic() + timeout
+
+    def next_slice(self) -> float:
+        if self.end is None:
+            return GET_SLICE_S
+        return min(GET_SLICE_S, max(0.0, self.end - time.monotonic()))
+
+    def passed(self) -> bool:
+        return self.end is not None and time.monotonic() >= self.end
 
 
 def _expired(got) -> bool:

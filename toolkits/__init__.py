@@ -1,0 +1,1 @@
+"""Command-line tools shipped with rlinf (checkpoint converters and helpers arrive with their issues)."""
