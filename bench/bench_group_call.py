@@ -106,9 +106,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-else:
-    # Classes defined in __main__ are pickled by value already; when this file is imported as a
-    # module (e.g. by a smoke test), Ray workers cannot import it, so ship it by value too.
-    import ray.cloudpickle
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

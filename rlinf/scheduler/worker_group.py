@@ -109,7 +109,11 @@ class WorkerGroup:
             ).remote(*args, **(kwargs or {}))
             actors.append(actor)
         group = cls(cluster, placement, name, worker_cls, actors)
-        group._execute("_rlinf_ping").wait(timeout=start_timeout)
+        try:
+            group._execute("_rlinf_ping").wait(timeout=start_timeout)
+        except BaseException:
+            group.shutdown()  # no half-started group left running
+            raise
         return group
 
     @property

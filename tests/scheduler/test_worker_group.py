@@ -149,6 +149,37 @@ def test_failed_init_is_reported_at_launch(ray_cluster):
         WorkerGroup.launch(ray_cluster, BrokenInit, plan.component("broken"), start_timeout=60)
     assert "broken[0]" in str(err.value)
     assert "cannot load the model" in str(err.value)
+    assert "__init__" in str(err.value)
+
+
+class HalfBroken(Worker):
+    def __init__(self, pid_dir):
+        pid_file = f"{pid_dir}/rank0.pid"
+        if self.rank == 0:
+            with open(pid_file + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.rename(pid_file + ".tmp", pid_file)
+            return
+        deadline = time.monotonic() + 60  # fail only once rank 0 is up
+        while not os.path.exists(pid_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise RuntimeError("rank 1 cannot start")
+
+
+def test_failed_launch_kills_the_ranks_that_did_start(ray_cluster, tmp_path):
+    plan = plan_placement({"half": "4-5"}, ray_cluster.shape)
+    with pytest.raises(WorkerError, match=r"half\[1\](.|\n)*rank 1 cannot start"):
+        WorkerGroup.launch(ray_cluster, HalfBroken, plan.component("half"),
+                           args=(str(tmp_path),), start_timeout=60)
+    pid = int((tmp_path / "rank0.pid").read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)  # still running?
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"rank 0 (pid {pid}) of the failed group is still running")
 
 
 def test_killed_worker_is_reported_as_died_not_a_hang(ray_cluster):

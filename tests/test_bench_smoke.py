@@ -1,0 +1,24 @@
+"""Every benchmark script still runs (``--quick``) and prints its table; numbers are not asserted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("script", ["bench_channel.py", "bench_latency.py", "bench_group_call.py",
+                                    "bench_placement.py"])
+def test_bench_quick_mode_prints_a_table(script):
+    args = [sys.executable, str(ROOT / "bench" / script)]
+    if script != "bench_placement.py":
+        args.append("--quick")
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table_rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
+    assert len(table_rows) >= 3, out.stdout
