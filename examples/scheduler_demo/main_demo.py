@@ -25,7 +25,11 @@ from rlinf.scheduler.placement import render_grid  # noqa: E402
 @hydra.main(version_base=None, config_path="config", config_name="demo_cpu")
 def main(cfg: DictConfig) -> None:
     raw = OmegaConf.to_container(cfg, resolve=True)
-    cluster_cfg = ClusterConfig.from_dict(raw["cluster"])  # fails here, before Ray, on bad input
+    try:
+        cluster_cfg = ClusterConfig.from_dict(raw["cluster"])  # before Ray starts
+    except ValueError as exc:  # ConfigError / PlacementError: one line naming the key
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     demo = raw["demo"]
 
     t0 = time.perf_counter()

@@ -50,8 +50,9 @@ class Cluster:
         num_nodes: nodes the job uses (``cluster.num_nodes``); ``None`` = all alive nodes.
         accelerators_per_node: on GPU-less nodes, logical accelerator slots per node; on GPU
             nodes, an upper bound check against the node's GPUs (``None`` = what the node has).
-        address: Ray address to attach to; ``None`` = ``RAY_ADDRESS`` or a cluster started with
-            ``ray start`` on this machine, else an embedded local cluster is started.
+        address: Ray address to attach to; ``None`` = ``RAY_ADDRESS``, else a live cluster started
+            with ``ray start`` on this machine, else an embedded local cluster (dashboard off);
+            ``"local"`` always starts an embedded one.
         node_groups: labelled node groups from ``cluster.node_groups`` (see placement docs).
         namespace: Ray namespace for named actors (channels) of this job.
 
@@ -135,20 +136,36 @@ class Cluster:
 def _init_ray(address: str | None, namespace: str) -> None:
     import ray
 
-    env = dict(WORKER_ENV)
-    kwargs = dict(namespace=namespace, runtime_env={"env_vars": env}, log_to_driver=True)
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address is None:
-        try:
-            ray.init(address="auto", **kwargs)
-            logger.info("attached to the running Ray cluster")
-            return
-        except ConnectionError:
-            pass
-        # No cluster running here: start an embedded one, dashboard off.
-        ray.init(include_dashboard=False, **kwargs)
+    kwargs = dict(namespace=namespace, runtime_env={"env_vars": dict(WORKER_ENV)}, log_to_driver=True)
+    address = address or os.environ.get("RAY_ADDRESS") or _live_local_cluster() or "local"
+    if address == "local":
+        # Nothing running here (or asked for): start an embedded cluster, dashboard off.
+        ray.init(address="local", include_dashboard=False, **kwargs)
         return
+    logger.info("attaching to the Ray cluster at %s", address)
     ray.init(address=address, **kwargs)
+
+
+def _live_local_cluster() -> str | None:
+    """Address of the cluster that ``ray start`` recorded on this machine, if its GCS answers.
+
+    Ray's ``address="auto"`` follows the same record but waits about a minute when the recorded
+    cluster has died since (its file outlives it); a 1 s TCP probe tells the two apart.
+    """
+    try:
+        from ray._private.utils import read_ray_address
+
+        recorded = read_ray_address()
+    except Exception:  # noqa: BLE001 - private helper moved: behave as if nothing is recorded
+        return None
+    if not recorded or ":" not in recorded:
+        return None
+    host, port = recorded.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return recorded
+    except (OSError, ValueError):
+        return None
 
 
 def _alive_nodes() -> list[dict]:
