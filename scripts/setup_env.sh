@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Create or refresh the project's virtualenv (.venv) and install rlinf with the
-# extras named in RLINF_EXTRAS (default: dev). Idempotent: when pyproject.toml,
+# extras named in RLINF_EXTRAS (default: dev,math). Idempotent: when pyproject.toml,
 # the constraints and the extras are unchanged since the last successful run,
 # it returns at once.
 #
-#   bash scripts/setup_env.sh            # core + dev
+#   bash scripts/setup_env.sh            # core + dev + math
 #   RLINF_EXTRAS=dev,math bash scripts/setup_env.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="${RLINF_VENV:-$root/.venv}"
-extras="${RLINF_EXTRAS:-dev}"
+extras="${RLINF_EXTRAS:-dev,math}"
 python="${PYTHON:-python3}"
 
 if [ ! -x "$venv/bin/python" ]; then

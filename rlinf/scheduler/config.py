@@ -10,23 +10,18 @@ Example:
     >>> ClusterConfig.from_dict({"num_nodes": 1, "component_placment": {}})
     Traceback (most recent call last):
     ...
-    rlinf.scheduler.config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerators_per_node, component_placement, node_groups, num_nodes
+    rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerators_per_node, component_placement, node_groups, num_nodes
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, parse_cluster_shape, plan_placement
+from rlinf.utils.typed_config import ConfigError, check, parse_section
 
-
-class ConfigError(ValueError):
-    """A config key is unknown, missing or has a bad value; the message starts with the key path."""
-
-    def __init__(self, key: str, message: str):
-        self.key = key
-        super().__init__(f"{key}: {message}")
+__all__ = ["ClusterConfig", "ConfigError"]
 
 
 @dataclass(frozen=True)
@@ -34,48 +29,34 @@ class ClusterConfig:
     """``cluster:`` — where every component runs.
 
     Attributes:
-        num_nodes: nodes the job uses (``cluster.num_nodes``).
         component_placement: component names -> placement values (see docs/placement_grammar.md).
+        num_nodes: nodes the job uses (``cluster.num_nodes``).
         accelerators_per_node: our key. On GPU nodes ``None`` means "what each node has"; on a
             CPU-only cluster it is the number of logical accelerator slots per node (default 1).
         node_groups: labelled node groups for heterogeneous clusters (list of
             ``{label, node_ranks, accelerators_per_node}``).
     """
 
-    num_nodes: int
-    component_placement: Mapping[str, Any]
+    component_placement: dict[str, Any]
+    num_nodes: int = 1
     accelerators_per_node: int | None = None
-    node_groups: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-
-    _KEYS = ("num_nodes", "component_placement", "accelerators_per_node", "node_groups")
+    node_groups: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], key: str = "cluster") -> "ClusterConfig":
         """Validate the ``cluster:`` mapping; unknown keys and bad values raise :class:`ConfigError`."""
-        if not isinstance(raw, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {type(raw).__name__}")
-        for k in raw:
-            if k not in cls._KEYS:
-                raise ConfigError(f"{key}.{k}", "unknown key; allowed keys are " + ", ".join(sorted(cls._KEYS)))
-        if "component_placement" not in raw or raw["component_placement"] is None:
-            raise ConfigError(f"{key}.component_placement", "missing; e.g. {actor,rollout: all}")
-        if not isinstance(raw["component_placement"], Mapping):
-            raise ConfigError(f"{key}.component_placement", "expected a mapping of component names to placements")
-        num_nodes = raw.get("num_nodes", 1)
-        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-            raise ConfigError(f"{key}.num_nodes", f"expected an int >= 1, got {num_nodes!r}")
-        apn = raw.get("accelerators_per_node")
-        if apn is not None and (isinstance(apn, bool) or not isinstance(apn, int) or apn < 0):
-            raise ConfigError(f"{key}.accelerators_per_node", f"expected an int >= 0 or null, got {apn!r}")
-        cfg = cls(
-            num_nodes=num_nodes,
-            component_placement=dict(raw["component_placement"]),
-            accelerators_per_node=apn,
-            node_groups=tuple(raw.get("node_groups") or ()),
-        )
-        if apn is not None:
-            cfg.plan()  # the cluster shape is fully known: check the placement now
-        return cfg
+        return parse_section(cls, raw, key)
+
+    def validate(self, path: str) -> None:
+        """Cross-field checks, run once by :func:`parse_section`."""
+        check(self.num_nodes >= 1, f"{path}.num_nodes", f"expected an int >= 1, got {self.num_nodes}")
+        check(self.accelerators_per_node is None or self.accelerators_per_node >= 0,
+              f"{path}.accelerators_per_node",
+              f"expected an int >= 0 or null, got {self.accelerators_per_node}")
+        check(bool(self.component_placement), f"{path}.component_placement",
+              "empty; place at least one component, e.g. {actor,rollout: all}")
+        if self.accelerators_per_node is not None:
+            self.plan()  # the cluster shape is fully known: check the placement now
 
     def shape(self, accelerators_per_node: int | None = None) -> ClusterShape:
         """The shape this config declares (``accelerators_per_node`` fills in a ``null`` count)."""

@@ -1,0 +1,1 @@
+"""Helpers with no RL knowledge, usable by every layer (typed config parsing)."""

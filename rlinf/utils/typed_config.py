@@ -1,0 +1,161 @@
+"""Parse a plain mapping (a resolved Hydra/OmegaConf tree) into frozen dataclasses, once, strictly.
+
+Every field's type is checked; unknown keys, missing required keys and bad values raise
+:class:`ConfigError` whose message starts with the key path (``actor.optim.lr: ...``). After a
+section is built, its ``validate(path)`` method (if any) runs cross-field checks.
+
+Supported field types: ``int``, ``float`` (ints accepted), ``bool``, ``str``, ``Any``,
+``X | None``, ``list[X]`` / ``tuple[X, ...]`` (tuples stored), ``dict[str, X]``,
+``Literal[...]``, and nested dataclasses.
+
+Example:
+    >>> from dataclasses import dataclass, field
+    >>> from typing import Literal
+    >>> @dataclass(frozen=True)
+    ... class Optim:
+    ...     lr: float = 1e-5
+    ...     betas: tuple[float, ...] = (0.9, 0.999)
+    >>> @dataclass(frozen=True)
+    ... class Actor:
+    ...     backend: Literal["fsdp", "megatron"]
+    ...     optim: Optim = field(default_factory=Optim)
+    >>> parse_section(Actor, {"backend": "fsdp", "optim": {"lr": 3}}, "actor")
+    Actor(backend='fsdp', optim=Optim(lr=3.0, betas=(0.9, 0.999)))
+    >>> parse_section(Actor, {"backend": "deepspeed"}, "actor")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: actor.backend: 'deepspeed' is not allowed; expected one of 'fsdp', 'megatron'
+    >>> parse_section(Actor, {"backend": "fsdp", "optim": {"lr": 1e-5, "bettas": [0.9]}}, "actor")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: actor.optim.bettas: unknown key; allowed keys are betas, lr
+"""
+
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, Mapping, TypeVar, Union
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, missing or has a bad value; the message starts with the key path."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+def parse_section(cls: type[T], raw: Any, path: str) -> T:
+    """Build dataclass ``cls`` from mapping ``raw`` found at key path ``path``."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path, f"expected a mapping of {_names(cls)}, got {_show(raw)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in raw:
+        if key not in fields:
+            raise ConfigError(f"{path}.{key}", "unknown key; allowed keys are " + _names(cls))
+    values = {}
+    for name, f in fields.items():
+        sub = f"{path}.{name}"
+        if name in raw:
+            values[name] = _convert(hints[name], raw[name], sub)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if dataclasses.is_dataclass(hints[name]):
+                values[name] = _convert(hints[name], {}, sub)
+            else:
+                raise ConfigError(sub, "missing (required)")
+    obj = cls(**values)
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        validate(path)
+    return obj
+
+
+def _names(cls) -> str:
+    return ", ".join(sorted(f.name for f in dataclasses.fields(cls) if f.init))
+
+
+def _show(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return _convert(rest[0], value, path)
+        errors = []
+        for a in rest:
+            try:
+                return _convert(a, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc).split(": ", 1)[1])
+        raise ConfigError(path, " / ".join(errors))
+    if value is None and dataclasses.is_dataclass(tp):
+        return parse_section(tp, {}, path)  # an empty YAML section: all defaults
+    if value is None:
+        raise ConfigError(path, f"null is not allowed; expected {_type_name(tp)}")
+    if origin is Literal:
+        if value not in args or isinstance(value, bool) != any(isinstance(a, bool) for a in args if a == value):
+            allowed = ", ".join(repr(a) for a in args)
+            raise ConfigError(path, f"{value!r} is not allowed; expected one of {allowed}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        return parse_section(tp, value, path)
+    if origin in (list, tuple) or tp in (list, tuple):
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(path, f"expected a list, got {_show(value)}")
+        item_tp = args[0] if args else Any
+        return tuple(_convert(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(path, f"expected a mapping, got {_show(value)}")
+        val_tp = args[1] if len(args) == 2 else Any
+        return {k: _convert(val_tp, v, f"{path}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected true or false, got {_show(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, f"expected an int, got {_show(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(path, f"expected a number, got {_show(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {_show(value)}")
+        return value
+    raise TypeError(f"{path}: unsupported field type {tp!r}")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def check(condition: bool, key: str, message: str) -> None:
+    """Raise ``ConfigError(key, message)`` unless ``condition`` (for ``validate`` methods).
+
+    >>> check(2 > 1, "algorithm.group_size", "must be >= 1")
+    >>> check(0 > 1, "algorithm.group_size", "must be >= 1, got 0")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: algorithm.group_size: must be >= 1, got 0
+    """
+    if not condition:
+        raise ConfigError(key, message)
