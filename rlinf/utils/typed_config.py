@@ -4,7 +4,8 @@ Every field's type is checked; unknown keys, missing required keys and bad value
 :class:`ConfigError` whose message starts with the key path (``actor.optim.lr: ...``). After a
 section is built, its ``validate(path)`` method (if any) runs cross-field checks.
 
-Supported field types: ``int``, ``float`` (ints accepted), ``bool``, ``str``, ``Any``,
+Supported field types: ``int``, ``float`` (ints and numeric strings such as YAML 1.1's ``1e-5``
+accepted), ``bool``, ``str``, ``Any``,
 ``X | None``, ``list[X]`` / ``tuple[X, ...]`` (tuples stored), ``dict[str, X]``,
 ``Literal[...]``, and nested dataclasses.
 
@@ -60,10 +61,10 @@ def parse_section(cls: type[T], raw: Any, path: str) -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     for key in raw:
         if key not in fields:
-            raise ConfigError(f"{path}.{key}", "unknown key; allowed keys are " + _names(cls))
+            raise ConfigError(_join(path, key), "unknown key; allowed keys are " + _names(cls))
     values = {}
     for name, f in fields.items():
-        sub = f"{path}.{name}"
+        sub = _join(path, name)
         if name in raw:
             values[name] = _convert(hints[name], raw[name], sub)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -76,6 +77,10 @@ def parse_section(cls: type[T], raw: Any, path: str) -> T:
     if callable(validate):
         validate(path)
     return obj
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
 
 
 def _names(cls) -> str:
@@ -124,7 +129,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise ConfigError(path, f"expected a mapping, got {_show(value)}")
         val_tp = args[1] if len(args) == 2 else Any
-        return {k: _convert(val_tp, v, f"{path}.{k}") for k, v in value.items()}
+        return {k: _convert(val_tp, v, _join(path, k)) for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(path, f"expected true or false, got {_show(value)}")
@@ -134,6 +139,11 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(path, f"expected an int, got {_show(value)}")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads `1e-5` (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, f"expected a number, got {_show(value)}")
         return float(value)

@@ -43,6 +43,7 @@ def test_values_defaults_and_conversions():
                        sampling_params=Sampling(temperature=0.0), extra={"x": 1}, anything=[1])
     assert isinstance(cfg.clip_ratio_c, float) and isinstance(cfg.sampling_params.temperature, float)
     assert parse({"group_size": 2, "sampling_params": None}).sampling_params == Sampling()
+    assert parse({"group_size": 2, "clip_ratio_c": "1e-5"}).clip_ratio_c == 1e-5  # YAML 1.1 string
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.group_size = 3
 
@@ -57,7 +58,7 @@ def test_values_defaults_and_conversions():
     ({"group_size": 2, "adv_type": "ppo"},
      "algorithm.adv_type: 'ppo' is not allowed; expected one of 'grpo', 'gae', 'reinpp'"),
     ({"group_size": 2, "adv_type": None}, "algorithm.adv_type: null is not allowed"),
-    ({"group_size": 2, "clip_ratio_c": "3"}, "algorithm.clip_ratio_c: expected a number"),
+    ({"group_size": 2, "clip_ratio_c": "three"}, "algorithm.clip_ratio_c: expected a number"),
     ({"group_size": 2, "sampling_params": {"temprature": 1}}, "algorithm.sampling_params.temprature: unknown key"),
     ({"group_size": 2, "sampling_params": {"do_sample": 1}},
      "algorithm.sampling_params.do_sample: expected true or false, got 1 (int)"),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rlinf.utils.typed_config import ConfigError
+
 #: Most processes one component may have (guards against typos like ``0:0-99999999``).
 MAX_PROCESSES = 1 << 16
 
@@ -23,8 +25,11 @@ VALUE_FORMS = (
 )
 
 
-class PlacementError(ValueError):
+class PlacementError(ConfigError):
     """An invalid placement or cluster setting; ``str()`` is one line naming key, token and rule.
+
+    A :class:`~rlinf.utils.typed_config.ConfigError` (and so a ``ValueError``): callers catch one
+    type for every config problem.
 
     Attributes:
         key: the config key, e.g. ``cluster.component_placement.actor``.
@@ -42,8 +47,8 @@ class PlacementError(ValueError):
         self.token = str(token)
         self.problem = problem
         self.allowed = allowed
-        msg = f"{key}: {problem}; {allowed}" if allowed else f"{key}: {problem}"
-        super().__init__(msg.replace("\r", " ").replace("\n", " "))
+        msg = f"{problem}; {allowed}" if allowed else problem
+        super().__init__(key, msg.replace("\r", " ").replace("\n", " "))
 
 
 @dataclass(frozen=True)

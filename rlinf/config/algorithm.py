@@ -1,0 +1,125 @@
+"""``algorithm:`` — advantage estimator, policy loss, KL, sampling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlinf.utils.typed_config import check
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """``algorithm.sampling_params`` (rollout generation).
+
+    Attributes:
+        do_sample: sample (True) or greedy (False).
+        temperature, top_k, top_p, repetition_penalty: the usual; top_k <= 0 or a huge value
+            disables top-k.
+        max_new_tokens: response token budget (the reference derives it with
+            ``${subtract:${runner.seq_length}, ${data.max_prompt_length}}``).
+        min_new_tokens: minimum response tokens.
+    """
+
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_k: int = 1000000
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    max_new_tokens: int = 1024
+    min_new_tokens: int = 1
+
+    def validate(self, path: str) -> None:
+        check(self.temperature > 0 or not self.do_sample, f"{path}.temperature",
+              f"must be > 0 when do_sample is true, got {self.temperature}")
+        check(0 < self.top_p <= 1, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
+        check(self.max_new_tokens >= 1, f"{path}.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        check(0 <= self.min_new_tokens <= self.max_new_tokens, f"{path}.min_new_tokens",
+              f"must be in [0, max_new_tokens={self.max_new_tokens}], got {self.min_new_tokens}")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """``algorithm``.
+
+    Attributes:
+        group_size: responses per prompt (> 1 for group baselines).
+        n_minibatches: optimizer steps per rollout batch.
+        training_batch_size_per_gpu: micro-batch per actor process.
+        rollout_batch_size_per_gpu: generation micro-batch per rollout process; null = even split.
+        logprob_forward_micro_batch_size: micro-batch of log-prob forward passes.
+        val_rollout_batch_size_per_gpu: validation generation micro-batch per process.
+        loss_type: policy loss (ppo, or decoupled_ppo for off-policy batches).
+        loss_agg_func: token-mean, seq-mean-token-sum or seq-mean-token-mean.
+        adv_type: grpo, gae (with a critic) or reinpp.
+        normalize_advantages: normalise advantages (per group for grpo, per batch otherwise).
+        kl_beta: KL weight; > 0 needs reference log-probs.
+        kl_penalty_type: kl (k1), abs, mse (k2) or low_var_kl (k3).
+        kl_in_reward: add the KL penalty to rewards instead of the loss.
+        ratio_clip_eps: PPO clip epsilon (both sides unless clip_ratio_high is set).
+        clip_ratio_high: clip-higher upper epsilon (DAPO); null = ratio_clip_eps.
+        clip_ratio_c: dual-clip constant (> 1); null disables.
+        entropy_bonus: entropy coefficient in the loss.
+        calculate_entropy: compute entropy metrics even without a bonus.
+        early_stop_imp_ratio: drop tokens whose importance ratio exceeds this; null disables.
+        use_valid_token_scale: scale the loss by the valid-token fraction.
+        gamma, lam: discount and GAE lambda (gae / reinpp).
+        dynamic_sampling: DAPO: drop groups whose rewards are all equal and refill the batch.
+        max_dynamic_sampling_rounds: extra rollout rounds allowed to refill one batch.
+        overlong_buffer_len: DAPO overlong penalty buffer (tokens); 0 disables.
+        overlong_penalty_factor: scale of the overlong penalty.
+        max_head_offpolicyness: async mode: how many policy versions rollout may run ahead of
+            training; 0 = synchronous (on-policy).
+        behav_imp_weight_cap: decoupled PPO: cap on the behaviour importance weight; null = none.
+        sampling_params: see :class:`SamplingParams`.
+    """
+
+    group_size: int = 1
+    n_minibatches: int = 1
+    training_batch_size_per_gpu: int = 1
+    rollout_batch_size_per_gpu: int | None = None
+    logprob_forward_micro_batch_size: int = 1
+    val_rollout_batch_size_per_gpu: int = 4
+    loss_type: Literal["ppo", "decoupled_ppo"] = "ppo"
+    loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    adv_type: Literal["grpo", "gae", "reinpp"] = "grpo"
+    normalize_advantages: bool = True
+    kl_beta: float = 0.0
+    kl_penalty_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "low_var_kl"
+    kl_in_reward: bool = False
+    ratio_clip_eps: float = 0.2
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float | None = None
+    entropy_bonus: float = 0.0
+    calculate_entropy: bool = False
+    early_stop_imp_ratio: float | None = None
+    use_valid_token_scale: bool = False
+    gamma: float = 1.0
+    lam: float = 1.0
+    dynamic_sampling: bool = False
+    max_dynamic_sampling_rounds: int = 4
+    overlong_buffer_len: int = 0
+    overlong_penalty_factor: float = 1.0
+    max_head_offpolicyness: int = 0
+    behav_imp_weight_cap: float | None = None
+    sampling_params: SamplingParams = field(default_factory=SamplingParams)
+
+    def validate(self, path: str) -> None:
+        for key in ("group_size", "n_minibatches", "training_batch_size_per_gpu",
+                    "logprob_forward_micro_batch_size", "val_rollout_batch_size_per_gpu"):
+            value = getattr(self, key)
+            check(value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")
+        check(self.adv_type != "grpo" or self.group_size > 1, f"{path}.group_size",
+              f"grpo needs group_size > 1 (a group baseline), got {self.group_size}")
+        check(self.kl_beta >= 0, f"{path}.kl_beta", f"must be >= 0, got {self.kl_beta}")
+        check(self.ratio_clip_eps > 0, f"{path}.ratio_clip_eps", f"must be > 0, got {self.ratio_clip_eps}")
+        check(self.clip_ratio_c is None or self.clip_ratio_c > 1, f"{path}.clip_ratio_c",
+              f"must be > 1 or null, got {self.clip_ratio_c}")
+        check(self.early_stop_imp_ratio is None or self.early_stop_imp_ratio > 1,
+              f"{path}.early_stop_imp_ratio", f"must be > 1 or null, got {self.early_stop_imp_ratio}")
+        check(0 < self.gamma <= 1 and 0 <= self.lam <= 1, f"{path}.gamma",
+              f"gamma must be in (0, 1] and lam in [0, 1], got {self.gamma}, {self.lam}")
+        check(self.max_head_offpolicyness >= 0, f"{path}.max_head_offpolicyness",
+              f"must be >= 0, got {self.max_head_offpolicyness}")
+        check(self.max_head_offpolicyness == 0 or self.loss_type == "decoupled_ppo",
+              f"{path}.loss_type", "async rollout (max_head_offpolicyness > 0) needs decoupled_ppo")

@@ -1,0 +1,49 @@
+"""``data:`` — prompt datasets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlinf.utils.typed_config import check
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``data``.
+
+    Attributes:
+        type: dataset family (math).
+        max_prompt_length: prompts longer than this (in tokens) are dropped.
+        rollout_batch_size: prompts per training step (each sampled group_size times).
+        val_rollout_batch_size: prompts per validation batch; null = rollout_batch_size.
+        num_workers: data-loader workers.
+        prompt_key: JSONL key holding the prompt text.
+        answer_key: JSONL key holding the gold answer (our key).
+        apply_chat_template: wrap prompts with the tokenizer's chat template (our key).
+        shuffle, validation_shuffle: shuffle each epoch.
+        seed: data RNG seed.
+        train_data_paths, val_data_paths: JSONL files.
+    """
+
+    train_data_paths: tuple[str, ...]
+    val_data_paths: tuple[str, ...] = ()
+    type: Literal["math"] = "math"
+    max_prompt_length: int = 1024
+    rollout_batch_size: int = 64
+    val_rollout_batch_size: int | None = None
+    num_workers: int = 0
+    prompt_key: str = "prompt"
+    answer_key: str = "answer"
+    apply_chat_template: bool = True
+    shuffle: bool = True
+    validation_shuffle: bool = True
+    seed: int = 1234
+
+    def validate(self, path: str) -> None:
+        check(bool(self.train_data_paths), f"{path}.train_data_paths", "give at least one JSONL file")
+        check(self.rollout_batch_size >= 1, f"{path}.rollout_batch_size",
+              f"must be >= 1, got {self.rollout_batch_size}")
+        check(self.max_prompt_length >= 1, f"{path}.max_prompt_length",
+              f"must be >= 1, got {self.max_prompt_length}")
+        check(self.num_workers >= 0, f"{path}.num_workers", f"must be >= 0, got {self.num_workers}")

@@ -1,0 +1,119 @@
+"""The whole math-RL config: every section typed, cross-section rules checked before workers start.
+
+Example:
+    >>> cfg = MathConfig.from_dict({
+    ...     "cluster": {"num_nodes": 1, "accelerators_per_node": 2,
+    ...                 "component_placement": {"actor,rollout,reward": "all"}},
+    ...     "algorithm": {"group_size": 4},
+    ...     "data": {"train_data_paths": [], "rollout_batch_size": 3},
+    ... }, check_paths=False)
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: data.train_data_paths: give at least one JSONL file
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from rlinf.config.actor import ActorConfig
+from rlinf.config.algorithm import AlgorithmConfig
+from rlinf.config.data import DataConfig
+from rlinf.config.reward import CriticConfig, InferenceConfig, RewardConfig
+from rlinf.config.rollout import RolloutConfig
+from rlinf.config.runner import RunnerConfig
+from rlinf.scheduler.config import ClusterConfig
+from rlinf.scheduler.placement import PlacementPlan
+from rlinf.utils.typed_config import ConfigError, check, parse_section
+
+#: Components a math run can place; actor and rollout are required.
+MATH_COMPONENTS = ("actor", "rollout", "inference", "reward")
+
+
+@dataclass(frozen=True)
+class MathConfig:
+    """The root of a math run's config (``hydra:`` is Hydra's own and is dropped before parsing)."""
+
+    cluster: ClusterConfig
+    data: DataConfig
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], check_paths: bool = True) -> "MathConfig":
+        """Parse a resolved config tree; ``check_paths`` also requires model/data paths to exist."""
+        raw = {k: v for k, v in raw.items() if k not in ("hydra", "defaults")}
+        cfg = parse_section(cls, raw, "")
+        if check_paths:
+            cfg.check_paths()
+        return cfg
+
+    @classmethod
+    def from_hydra(cls, cfg: Any, check_paths: bool = True) -> "MathConfig":
+        """Resolve a Hydra ``DictConfig`` (with rlinf's resolvers) and parse it."""
+        from omegaconf import OmegaConf
+
+        from rlinf.config.resolvers import register_resolvers
+
+        register_resolvers()
+        return cls.from_dict(OmegaConf.to_container(cfg, resolve=True), check_paths=check_paths)
+
+    @property
+    def model_path(self) -> str | None:
+        """The HF checkpoint the run starts from (actor.model.model_path, else rollout's)."""
+        return self.actor.model.model_path or self.rollout.model.model_path
+
+    def validate(self, path: str) -> None:
+        placed = list(self.cluster.component_placement)
+        names = [n.strip() for key in placed for n in str(key).split(",")]
+        for name in names:
+            check(name in MATH_COMPONENTS, f"cluster.component_placement.{name}",
+                  f"unknown component; a math run places {', '.join(MATH_COMPONENTS)}")
+        for required in ("actor", "rollout"):
+            check(required in names, "cluster.component_placement",
+                  f"missing component {required!r}; e.g. {{actor,rollout,reward: all}}")
+        prompt, new = self.data.max_prompt_length, self.algorithm.sampling_params.max_new_tokens
+        check(prompt + new <= self.runner.seq_length, "algorithm.sampling_params.max_new_tokens",
+              f"data.max_prompt_length ({prompt}) + max_new_tokens ({new}) exceeds "
+              f"runner.seq_length ({self.runner.seq_length})")
+        check(self.algorithm.adv_type != "gae" or self.critic.use_critic_model,
+              "critic.use_critic_model", "adv_type gae needs a value model: set it to true")
+        check(self.model_path is not None, "actor.model.model_path",
+              "missing: set actor.model.model_path (or rollout.model.model_path) to an HF folder")
+        if self.cluster.accelerators_per_node is not None:
+            self.check_against_plan(self.cluster.plan())
+
+    def check_against_plan(self, plan: PlacementPlan) -> None:
+        """Batch-size rules that depend on how many processes each group has."""
+        actor_dp = plan.component("actor").world_size
+        samples = self.data.rollout_batch_size * self.algorithm.group_size
+        check(samples % actor_dp == 0, "data.rollout_batch_size",
+              f"rollout_batch_size * algorithm.group_size = {samples} is not divisible by the "
+              f"actor's data-parallel size {actor_dp} (its placement)")
+        per_rank = samples // actor_dp
+        n_mb = self.algorithm.n_minibatches
+        check(per_rank % n_mb == 0, "algorithm.n_minibatches",
+              f"each actor rank gets {per_rank} samples per step, not divisible into {n_mb} minibatches")
+        mb, micro = per_rank // n_mb, self.algorithm.training_batch_size_per_gpu
+        check(self.runner.enable_dynamic_batch_size or mb % micro == 0,
+              "algorithm.training_batch_size_per_gpu",
+              f"a minibatch of {mb} samples per rank is not divisible into micro-batches of {micro}")
+
+    def check_paths(self) -> None:
+        """Model and data paths must exist (raised before any worker starts)."""
+        for key, value in (("actor.model.model_path", self.actor.model.model_path),
+                           ("rollout.model.model_path", self.rollout.model.model_path)):
+            if value is not None and not os.path.isfile(os.path.join(value, "config.json")):
+                raise ConfigError(key, f"{value!r} is not an HF model folder (no config.json)")
+        for key, paths in (("data.train_data_paths", self.data.train_data_paths),
+                           ("data.val_data_paths", self.data.val_data_paths)):
+            for i, p in enumerate(paths):
+                if not os.path.isfile(p):
+                    raise ConfigError(f"{key}[{i}]", f"{p!r} does not exist")

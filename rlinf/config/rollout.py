@@ -1,0 +1,96 @@
+"""``rollout:`` — the generation engine (HF generate, vLLM, SGLang)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlinf.utils.typed_config import check
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """``<section>.model`` of rollout / inference: which HF checkpoint to load.
+
+    Attributes:
+        model_path: local HF model folder.
+        model_type: architecture tag (e.g. qwen2.5); informational for HF backends.
+    """
+
+    model_path: str | None = None
+    model_type: str | None = None
+
+
+@dataclass(frozen=True)
+class ChannelRef:
+    """``<section>.channel``: the channel a component reads or writes (name, key, capacity)."""
+
+    name: str = "rlinf_channel"
+    queue_name: str = "default"
+    queue_size: int = 0
+
+    def validate(self, path: str) -> None:
+        check(self.queue_size >= 0, f"{path}.queue_size", f"must be >= 0 (0 = unbounded), got {self.queue_size}")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """``rollout``.
+
+    Attributes:
+        group_name: worker group name.
+        backend: huggingface (HF generate), vllm, or sglang (GPU only).
+        model: see :class:`ModelRef`.
+        recompute_logprobs: recompute log-probs with the actor before training.
+        gpu_memory_utilization: vLLM / SGLang GPU memory fraction.
+        enforce_eager: disable CUDA graphs (vLLM).
+        distributed_executor_backend: vLLM executor (mp or ray).
+        disable_log_stats, detokenize, print_outputs: engine logging / debugging switches.
+        padding, eos: token id overrides (null = the tokenizer's).
+        attention_backend: engine attention kernels.
+        tensor_parallel_size, pipeline_parallel_size: parallelism inside the engine.
+        validate_weight, validate_save_dir: send full weights once for comparison.
+        sglang_decode_log_interval, max_running_requests, cuda_graph_max_bs, use_torch_compile,
+            torch_compile_max_bs: engine knobs as in the reference.
+        kv_cache_space_gb: vLLM on CPU: KV cache GiB (VLLM_CPU_KVCACHE_SPACE).
+        enable_offload: offload weights / KV cache between phases when collocated.
+        mode: reference key kept for compatibility (collocate / disaggregate); the placement
+            decides the real mode.
+        pipeline_stage_num: embodied: env/rollout pipeline stages.
+        channel: see :class:`ChannelRef`.
+    """
+
+    group_name: str = "RolloutGroup"
+    backend: Literal["huggingface", "vllm", "sglang"] = "huggingface"
+    model: ModelRef = field(default_factory=ModelRef)
+    recompute_logprobs: bool = True
+    gpu_memory_utilization: float = 0.55
+    enforce_eager: bool = True
+    distributed_executor_backend: Literal["mp", "ray", "uni"] = "mp"
+    disable_log_stats: bool = True
+    detokenize: bool = False
+    padding: int | None = None
+    eos: int | None = None
+    attention_backend: str | None = None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    validate_weight: bool = False
+    validate_save_dir: str | None = None
+    print_outputs: bool = False
+    sglang_decode_log_interval: int = 500000
+    max_running_requests: int = 64
+    cuda_graph_max_bs: int = 128
+    use_torch_compile: bool = False
+    torch_compile_max_bs: int = 128
+    kv_cache_space_gb: float = 1.0
+    enable_offload: bool = False
+    mode: Literal["collocate", "disaggregate", "hybrid"] | None = None
+    pipeline_stage_num: int = 1
+    channel: ChannelRef = field(default_factory=ChannelRef)
+
+    def validate(self, path: str) -> None:
+        check(0 < self.gpu_memory_utilization <= 1, f"{path}.gpu_memory_utilization",
+              f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_stage_num"):
+            value = getattr(self, key)
+            check(value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")

@@ -1,0 +1,76 @@
+"""``runner:`` — the training loop's schedule, logging and checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlinf.utils.typed_config import check
+
+
+@dataclass(frozen=True)
+class LoggerConfig:
+    """``runner.logger``.
+
+    Attributes:
+        log_path: base directory for logs.
+        project_name: project name for experiment tracking.
+        experiment_name: run name.
+        logger_backends: any of tensorboard, wandb, swanlab (wandb/swanlab run offline when no
+            network).
+    """
+
+    log_path: str = "results/logs"
+    project_name: str = "rlinf"
+    experiment_name: str = "default"
+    logger_backends: tuple[Literal["tensorboard", "wandb", "swanlab"], ...] = ("tensorboard",)
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """``runner``.
+
+    Attributes:
+        task_type: math or embodied.
+        logger: see :class:`LoggerConfig`.
+        max_epochs: passes over the training data.
+        max_steps: trainer steps; -1 = derived from max_epochs.
+        val_check_interval: steps between validation rollouts; -1 disables.
+        save_interval: steps between checkpoints; -1 disables.
+        seq_length: prompt + response tokens fed to the models.
+        resume_dir: checkpoint folder to resume from.
+        experiment_name: run name (also used in output paths).
+        output_dir: where checkpoints, logs and exports go.
+        enable_dynamic_batch_size: pack micro-batches by token budget.
+        max_tokens_per_mbs: token budget of one micro-batch when packing.
+        only_eval: run validation only.
+        max_prompt_length: embodied runs: prompt tokens.
+        seed: global seed.
+    """
+
+    task_type: Literal["math", "embodied"] = "math"
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    max_epochs: int = 1
+    max_steps: int = -1
+    val_check_interval: int = 1
+    save_interval: int = -1
+    seq_length: int = 2048
+    resume_dir: str | None = None
+    experiment_name: str = "default"
+    output_dir: str = "results"
+    enable_dynamic_batch_size: bool = False
+    max_tokens_per_mbs: int = 2048
+    only_eval: bool = False
+    max_prompt_length: int | None = None
+    seed: int = 1234
+
+    def validate(self, path: str) -> None:
+        check(self.max_epochs >= 1, f"{path}.max_epochs", f"must be >= 1, got {self.max_epochs}")
+        check(self.max_steps == -1 or self.max_steps >= 1, f"{path}.max_steps",
+              f"must be -1 (derive from max_epochs) or >= 1, got {self.max_steps}")
+        for key in ("val_check_interval", "save_interval"):
+            value = getattr(self, key)
+            check(value == -1 or value >= 1, f"{path}.{key}", f"must be -1 (off) or >= 1, got {value}")
+        check(self.seq_length >= 2, f"{path}.seq_length", f"must be >= 2, got {self.seq_length}")
+        check(self.max_tokens_per_mbs >= 1, f"{path}.max_tokens_per_mbs",
+              f"must be >= 1, got {self.max_tokens_per_mbs}")
