@@ -1,0 +1,118 @@
+"""Pure tensor functions for RL on LLMs and robot policies: advantages, policy/value losses,
+KL, entropy and batch shaping. No Ray, no config objects, no I/O.
+
+Conventions: token tensors are ``[batch, seq]`` with a float or bool ``response_mask``
+(1 = response token that counts); sequence tensors are ``[batch]``; a group is
+``group_size`` consecutive samples of one prompt (batch = n_prompts * group_size).
+
+Public API (registry key in brackets):
+
+Advantages (``adv_type``, each returns ``(advantages, returns)``):
+    compute_grpo_advantages          ["grpo"]
+    compute_reinpp_advantages        ["reinpp", "reinforce_plus_plus"]
+    compute_reinpp_baseline_advantages ["reinpp_baseline", "reinforce_plus_plus_baseline"]
+    compute_gae_advantages           ["gae"]
+    group_mean_baseline, rewards_to_last_token, discounted_returns
+Policy losses (``loss_type``, each returns ``(loss, metrics)``):
+    compute_ppo_loss                 ["ppo"]
+    compute_decoupled_ppo_loss       ["decoupled_ppo"]
+    clipped_surrogate
+Other losses: aggregate_loss (``loss_agg_func``), compute_value_loss, entropy_from_logits,
+    compute_entropy_loss, compute_kl_loss
+KL (``kl_penalty_type``): compute_kl, kl_k1 ["kl", "k1"], kl_abs ["abs"], kl_k2 ["mse", "k2"],
+    kl_k3 ["low_var_kl", "k3"], apply_kl_penalty_to_rewards
+Batch shaping: dynamic_sampling_filter, overlong_penalty, scale_math_rewards, pack_micro_batches
+Registries: register_advantage, register_policy_loss, register_kl_penalty, get_advantage_fn,
+    get_policy_loss_fn, get_kl_fn
+Masked helpers: masked_sum, masked_mean, masked_whiten
+
+>>> from rlinf.algorithms import get_advantage_fn
+>>> get_advantage_fn("gae").__name__
+'compute_gae_advantages'
+"""
+
+from rlinf.algorithms.advantages import (
+    compute_grpo_advantages,
+    compute_reinpp_advantages,
+    compute_reinpp_baseline_advantages,
+    discounted_returns,
+    group_mean_baseline,
+    rewards_to_last_token,
+)
+from rlinf.algorithms.batching import pack_micro_batches
+from rlinf.algorithms.entropy import compute_entropy_loss, entropy_from_logits
+from rlinf.algorithms.gae import compute_gae_advantages
+from rlinf.algorithms.kl import (
+    apply_kl_penalty_to_rewards,
+    compute_kl,
+    compute_kl_loss,
+    kl_abs,
+    kl_k1,
+    kl_k2,
+    kl_k3,
+)
+from rlinf.algorithms.loss_agg import LOSS_AGG_MODES, aggregate_loss
+from rlinf.algorithms.policy_loss import clipped_surrogate, compute_decoupled_ppo_loss, compute_ppo_loss
+from rlinf.algorithms.registry import (
+    ADVANTAGES,
+    KL_PENALTIES,
+    POLICY_LOSSES,
+    Registry,
+    get_advantage_fn,
+    get_kl_fn,
+    get_policy_loss_fn,
+    register_advantage,
+    register_kl_penalty,
+    register_policy_loss,
+)
+from rlinf.algorithms.sampling import (
+    GroupFilterResult,
+    dynamic_sampling_filter,
+    overlong_penalty,
+    scale_math_rewards,
+)
+from rlinf.algorithms.utils import masked_mean, masked_sum, masked_whiten
+from rlinf.algorithms.value_loss import compute_value_loss
+
+__all__ = [
+    "ADVANTAGES",
+    "KL_PENALTIES",
+    "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "GroupFilterResult",
+    "Registry",
+    "aggregate_loss",
+    "apply_kl_penalty_to_rewards",
+    "clipped_surrogate",
+    "compute_decoupled_ppo_loss",
+    "compute_entropy_loss",
+    "compute_gae_advantages",
+    "compute_grpo_advantages",
+    "compute_kl",
+    "compute_kl_loss",
+    "compute_ppo_loss",
+    "compute_reinpp_advantages",
+    "compute_reinpp_baseline_advantages",
+    "compute_value_loss",
+    "discounted_returns",
+    "dynamic_sampling_filter",
+    "entropy_from_logits",
+    "get_advantage_fn",
+    "get_kl_fn",
+    "get_policy_loss_fn",
+    "group_mean_baseline",
+    "kl_abs",
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
+    "masked_mean",
+    "masked_sum",
+    "masked_whiten",
+    "overlong_penalty",
+    "pack_micro_batches",
+    "register_advantage",
+    "register_kl_penalty",
+    "register_policy_loss",
+    "rewards_to_last_token",
+    "scale_math_rewards",
+]

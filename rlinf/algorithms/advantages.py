@@ -1,0 +1,238 @@
+"""Outcome-reward advantage estimators: GRPO, REINFORCE++ and REINFORCE++-baseline.
+
+Every estimator is registered under its ``adv_type`` name and returns
+``(advantages, returns)``, both ``[batch, seq]``, zero outside ``response_mask`` and detached
+from the autograd graph. Sequence rewards are ``[batch]``; with groups, the batch is
+``n_prompts * group_size`` with each prompt's ``group_size`` samples consecutive.
+
+Masked positions are *transparent* for discounting: a token's return skips masked positions
+(no reward taken from them, no discount step spent on them), so padding at the end and masked
+spans in the middle (e.g. tool output in a multi-turn response) are handled alike.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlinf.algorithms.registry import register_advantage
+from rlinf.algorithms.utils import (
+    check_group_size,
+    check_mask,
+    check_nonnegative,
+    check_same_shape,
+    check_sequence_tensor,
+    check_unit_interval,
+    float_mask,
+    masked_whiten,
+)
+
+
+def _float(x: torch.Tensor) -> torch.Tensor:
+    return x.detach() if x.is_floating_point() else x.detach().float()
+
+
+def group_mean_baseline(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Subtract each group's mean reward: r_i - mean_{j in g(i)} r_j.
+
+    >>> group_mean_baseline(torch.tensor([1.0, 0.0, 2.0, 2.0]), group_size=2)
+    tensor([ 0.5000, -0.5000,  0.0000,  0.0000])
+    """
+    check_sequence_tensor(rewards)
+    n_prompts = check_group_size(group_size, rewards.shape[0])
+    grouped = _float(rewards).view(n_prompts, group_size)
+    return (grouped - grouped.mean(dim=1, keepdim=True)).view(-1)
+
+
+def rewards_to_last_token(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Place each sequence reward at the last valid token of its row.
+
+    out[i, t] = rewards[i] if t is the largest index with mask[i, t] = 1, else 0. Rows with no
+    valid token get no reward.
+
+    >>> rewards_to_last_token(torch.tensor([5.0, 7.0]), torch.tensor([[1, 1, 0], [0, 0, 0]]))
+    tensor([[0., 5., 0.],
+            [0., 0., 0.]])
+    """
+    check_mask(response_mask)
+    check_sequence_tensor(rewards, response_mask.shape[0])
+    valid = response_mask.bool()
+    seq_len = valid.shape[1]
+    last = seq_len - 1 - valid.flip(dims=[1]).int().argmax(dim=1)
+    out = torch.zeros(valid.shape, dtype=_float(rewards).dtype, device=rewards.device)
+    has_tokens = valid.any(dim=1)
+    rows = torch.arange(valid.shape[0], device=rewards.device)
+    out[rows[has_tokens], last[has_tokens]] = _float(rewards)[has_tokens]
+    return out
+
+
+def discounted_returns(token_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """Per-token discounted return over valid tokens, skipping masked positions.
+
+    G_t = r_t + gamma * G_{next(t)} for valid t, where next(t) is the next *valid* position
+    after t (G = 0 past the last one); G_t = 0 at masked t, and r at masked t is ignored.
+
+    >>> discounted_returns(torch.tensor([[1.0, 9.0, 2.0]]), torch.tensor([[1, 0, 1]]), gamma=0.5)
+    tensor([[2., 0., 2.]])
+    """
+    check_mask(response_mask)
+    check_same_shape(response_mask, "response_mask", token_rewards=token_rewards)
+    check_unit_interval("gamma", gamma)
+    r = _float(token_rewards)
+    m = float_mask(response_mask, r)
+    if gamma == 1.0:
+        # Reverse cumulative sum of the valid rewards, which is the same recursion with gamma = 1.
+        return (r * m).flip(dims=[1]).cumsum(dim=1).flip(dims=[1]) * m
+    running = torch.zeros_like(r[:, 0])
+    columns = []
+    for t in reversed(range(r.shape[1])):
+        valid = m[:, t] > 0
+        running = torch.where(valid, r[:, t] + gamma * running, running)
+        columns.append(torch.where(valid, running, torch.zeros_like(running)))
+    return torch.stack(columns[::-1], dim=1)
+
+
+@register_advantage("grpo")
+def compute_grpo_advantages(
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_size: int,
+    normalize_advantages: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO group-relative advantages, broadcast to the response tokens.
+
+    For sample i of group g (``group_size`` consecutive samples):
+    A_i = (r_i - mean_g) / (std_g + eps) if ``normalize_advantages`` else r_i - mean_g,
+    where std_g is the *unbiased* sample std (divides by group_size - 1). A group whose rewards
+    are all exactly equal gets A = 0 (so does ``group_size`` 1). Token advantage
+    A_{i,t} = A_i * mask_{i,t}; returns equal the advantages.
+
+    Args:
+        rewards: ``[batch]`` sequence rewards, batch = n_prompts * group_size.
+        response_mask: ``[batch, seq]`` mask of response tokens.
+        group_size: Samples per prompt.
+        normalize_advantages: Divide by the group std.
+        eps: Added to the std, >= 0.
+
+    Returns:
+        ``(advantages, returns)``, both ``[batch, seq]``.
+
+    >>> adv, _ = compute_grpo_advantages(torch.tensor([1.0, 0.0]), torch.ones(2, 2), group_size=2, eps=0.0)
+    >>> adv  # mean 0.5, unbiased std sqrt(0.5) = 0.7071
+    tensor([[ 0.7071,  0.7071],
+            [-0.7071, -0.7071]])
+    """
+    check_mask(response_mask)
+    check_sequence_tensor(rewards, response_mask.shape[0])
+    check_nonnegative("eps", eps)
+    n_prompts = check_group_size(group_size, rewards.shape[0])
+    grouped = _float(rewards).view(n_prompts, group_size)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if normalize_advantages:
+        if group_size > 1:
+            std = grouped.std(dim=1, unbiased=True, keepdim=True)
+        else:
+            std = torch.zeros_like(grouped[:, :1])
+        scores = centred / (std + eps)
+    else:
+        scores = centred
+    all_equal = (grouped.max(dim=1, keepdim=True).values == grouped.min(dim=1, keepdim=True).values)
+    scores = torch.where(all_equal, torch.zeros_like(scores), scores)
+    advantages = scores.view(-1, 1) * float_mask(response_mask, scores)
+    return advantages, advantages.clone()
+
+
+@register_advantage("reinpp", "reinforce_plus_plus")
+def compute_reinpp_advantages(
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    kl_penalty: torch.Tensor | None = None,
+    normalize_advantages: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted token returns, normalised over all valid tokens of the batch.
+
+    Token reward: r_{i,t} = R_i * [t = last valid token of i] - kl_penalty_{i,t}.
+    Return: G_{i,t} = r_{i,t} + gamma * G_{i,next(t)} (see :func:`discounted_returns`;
+    masked positions are skipped). Advantage: A = (G - mean) / (std + eps) with mean and
+    unbiased std over every valid token in the batch (see ``masked_whiten``); A = G when
+    ``normalize_advantages`` is False.
+
+    Args:
+        rewards: ``[batch]`` sequence rewards.
+        response_mask: ``[batch, seq]`` mask of response tokens.
+        gamma: Discount in [0, 1].
+        kl_penalty: Optional ``[batch, seq]`` per-token penalty, already scaled
+            (e.g. beta * kl from :func:`rlinf.algorithms.kl.compute_kl`).
+        normalize_advantages: Whiten the returns over the batch.
+        eps: Added to the std, >= 0.
+
+    Returns:
+        ``(advantages, returns)``, both ``[batch, seq]``.
+
+    >>> adv, ret = compute_reinpp_advantages(torch.tensor([1.0, 0.0]), torch.ones(2, 2), eps=0.0)
+    >>> ret
+    tensor([[1., 1.],
+            [0., 0.]])
+    >>> adv  # mean 0.5, unbiased std over 4 tokens sqrt(1/3) = 0.5774
+    tensor([[ 0.8660,  0.8660],
+            [-0.8660, -0.8660]])
+    """
+    check_mask(response_mask)
+    check_sequence_tensor(rewards, response_mask.shape[0])
+    check_nonnegative("eps", eps)
+    token_rewards = rewards_to_last_token(rewards, response_mask)
+    if kl_penalty is not None:
+        check_same_shape(response_mask, "response_mask", kl_penalty=kl_penalty)
+        token_rewards = token_rewards - _float(kl_penalty) * float_mask(response_mask, token_rewards)
+    returns = discounted_returns(token_rewards, response_mask, gamma)
+    advantages = masked_whiten(returns, response_mask, eps) if normalize_advantages else returns.clone()
+    return advantages, returns
+
+
+@register_advantage("reinpp_baseline", "reinforce_plus_plus_baseline")
+def compute_reinpp_baseline_advantages(
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_size: int,
+    gamma: float = 1.0,
+    kl_penalty: torch.Tensor | None = None,
+    normalize_advantages: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++-baseline: group-mean baseline, then REINFORCE++ batch normalisation.
+
+    R'_i = R_i - mean_{j in g(i)} R_j, then exactly :func:`compute_reinpp_advantages` on R'.
+    With gamma = 1 and no KL penalty every valid token of sample i gets
+    A_{i,t} = (R'_i - mu) / (sigma + eps), mu and sigma (unbiased) taken over all valid tokens.
+
+    Args:
+        rewards: ``[batch]`` sequence rewards, batch = n_prompts * group_size.
+        response_mask: ``[batch, seq]`` mask of response tokens.
+        group_size: Samples per prompt.
+        gamma: Discount in [0, 1].
+        kl_penalty: Optional ``[batch, seq]`` scaled per-token penalty.
+        normalize_advantages: Whiten the returns over the batch.
+        eps: Added to the std, >= 0.
+
+    Returns:
+        ``(advantages, returns)``, both ``[batch, seq]``; returns use the centred rewards.
+
+    >>> adv, ret = compute_reinpp_baseline_advantages(
+    ...     torch.tensor([3.0, 1.0]), torch.ones(2, 1), group_size=2, normalize_advantages=False)
+    >>> ret  # group mean 2
+    tensor([[ 1.],
+            [-1.]])
+    """
+    check_mask(response_mask)
+    check_sequence_tensor(rewards, response_mask.shape[0])
+    centred = group_mean_baseline(rewards, group_size)
+    return compute_reinpp_advantages(
+        centred,
+        response_mask,
+        gamma=gamma,
+        kl_penalty=kl_penalty,
+        normalize_advantages=normalize_advantages,
+        eps=eps,
+    )
