@@ -12,7 +12,7 @@ worker A with ``time.perf_counter`` around each single round trip (the driver on
              ``get(ping)`` -> ``put(pong)``.
 * raw     -- A calls ``ray.get(B.echo.remote(msg))`` on B's raw Ray actor handle
              (``group_b.actors[0]``); no rlinf code on the path.
-* diagnostic row -- A calls ``ray.get(channel_actor.ping.remote())``: one round trip to the
+* diagnostic row -- A calls ``ray.get(channel_actor.info.remote())``: one round trip to the
              channel's (async) actor, the unit a channel operation is built from.
 
 Method: one untimed warm-up block of every path, then BLOCKS blocks of ROUND_TRIPS round trips per
@@ -68,7 +68,7 @@ class Pinger(Worker):
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
-            ray.get(actor.ping.remote())
+            ray.get(actor.info.remote())
             out.append(time.perf_counter() - t0)
         return out
 

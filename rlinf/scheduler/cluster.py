@@ -93,7 +93,7 @@ class Cluster:
             ),
             node_groups=tuple(node_groups),
         )
-        self._check_shape()
+        self._check_shape(explicit=accelerators_per_node is not None)
 
     @classmethod
     def from_config(cls, cfg: "ClusterConfig", address: str | None = None) -> "Cluster":
@@ -108,16 +108,24 @@ class Cluster:
         cluster = cls(num_nodes=cfg.num_nodes, accelerators_per_node=cfg.accelerators_per_node,
                       address=address)
         cluster.shape = cfg.shape(accelerators_per_node=cluster.shape.accelerators_per_node)
-        cluster._check_shape()
+        cluster._check_shape(explicit=cfg.accelerators_per_node is not None)
         return cluster
 
-    def _check_shape(self) -> None:
+    def _check_shape(self, explicit: bool) -> None:
+        """Declared counts must exist; without an explicit count, no GPU may go unused silently."""
         for node in self.nodes:
             declared = self.shape.accelerators_on(node.rank)
             if declared > node.num_accelerators:
                 raise ClusterError(
                     f"node {node.rank} ({node.ip}) has {node.num_accelerators} accelerator(s) "
                     f"but the cluster config declares {declared}"
+                )
+            grouped = any(node.rank in g.node_ranks for g in self.shape.node_groups)
+            if not explicit and not grouped and node.has_gpus and declared < node.num_accelerators:
+                raise ClusterError(
+                    f"node {node.rank} ({node.ip}) has {node.num_accelerators} GPUs but node 0 has "
+                    f"{self.nodes[0].num_accelerators}: set cluster.accelerators_per_node, or "
+                    "declare cluster.node_groups for nodes of different kinds"
                 )
 
     def node(self, rank: int) -> NodeInfo:
@@ -177,7 +185,11 @@ def _alive_nodes() -> list[dict]:
 def _rank_nodes(raw: list[dict], accelerators_per_node: int | None) -> list[NodeInfo]:
     labelled = [n for n in raw if NODE_RANK_LABEL in n.get("Labels", {})]
     if labelled and len(labelled) == len(raw):
-        ordered = sorted(raw, key=lambda n: int(n["Labels"][NODE_RANK_LABEL]))
+        ordered = sorted(raw, key=lambda n: _label_rank(n, len(raw)))
+        ranks = [_label_rank(n, len(raw)) for n in ordered]
+        if ranks != list(range(len(raw))):
+            raise ClusterError(
+                f"{NODE_RANK_LABEL} labels must be 0-{len(raw) - 1}, each once; got {ranks}")
     else:
         if labelled:
             logger.warning("only some nodes carry %s; ranking by head/IP instead", NODE_RANK_LABEL)
@@ -204,6 +216,15 @@ def _rank_nodes(raw: list[dict], accelerators_per_node: int | None) -> list[Node
             )
         )
     return nodes
+
+
+def _label_rank(node: dict, count: int) -> int:
+    value = node["Labels"][NODE_RANK_LABEL]
+    if not value.isdigit():
+        raise ClusterError(
+            f"node {node['NodeManagerAddress']} ({node['NodeID'][:8]}): {NODE_RANK_LABEL}={value!r} "
+            f"is not a node rank; use 0-{count - 1}")
+    return int(value)
 
 
 def free_port_on(node: NodeInfo) -> int:

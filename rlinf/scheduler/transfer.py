@@ -43,10 +43,32 @@ DEFAULT_BUCKET_BYTES = 256 * 2**20
 class _LinkState:
     name: str
     rank: int
-    world_size: int
     process_group: Any
     device: Any
     bucket_bytes: int
+    backend: str
+
+
+@dataclass(frozen=True)
+class _Abort:
+    """Sent instead of the specs when the sender cannot send: receivers raise at once."""
+
+    reason: str
+
+
+def _unsendable(tensors: Any, backend: str) -> str | None:
+    """Why ``tensors`` cannot be sent (``None`` when it can): not a dict of tensors, or a dtype
+    the backend cannot carry (gloo has no float8)."""
+    import torch
+
+    if not isinstance(tensors, dict):
+        return f"expected a dict of tensors, got {type(tensors).__name__}"
+    for name, value in tensors.items():
+        if not isinstance(value, torch.Tensor):
+            return f"{name!r} is a {type(value).__name__}, not a tensor (drop or convert it first)"
+        if backend == "gloo" and "float8" in str(value.dtype):
+            return f"{name!r} has dtype {value.dtype}, which gloo cannot send; cast it first"
+    return None
 
 
 def plan_buckets(specs: Sequence[tuple[str, Any, Any]], bucket_bytes: int) -> list[list[int]]:
@@ -112,6 +134,13 @@ class TensorLink:
 
         dst_ranks = list(range(dst_group.world_size)) if dst_ranks is None else list(dst_ranks)
         members = [(src_group, src_rank)] + [(dst_group, r) for r in dst_ranks]
+        seen = [(g.name, r) for g, r in members]
+        for g, r in members:
+            if not 0 <= r < g.world_size:
+                raise IndexError(f"{g.name} has ranks 0-{g.world_size - 1}, not {r}")
+        if len(set(seen)) != len(seen):
+            raise ValueError(f"tensor link {name!r}: a worker appears twice in {seen}; a worker "
+                             "cannot send to itself")
         devices = [g._execute("_rlinf_device_type", ranks=[r]) for g, r in members]
         backend = "nccl" if all(d.wait(timeout=60)[0] == "cuda" for d in devices) else "gloo"
         src_node = src_group.cluster.node(src_group.placement.processes[src_rank].node)
@@ -138,7 +167,7 @@ def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backe
         group = dist.ProcessGroupNCCL(store, rank, world_size)
     else:
         group = dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    return _LinkState(name, rank, world_size, group, device, bucket_bytes)
+    return _LinkState(name, rank, group, device, bucket_bytes, backend)
 
 
 def send_tensors(link: _LinkState, tensors: dict[str, Any]) -> int:
@@ -147,6 +176,10 @@ def send_tensors(link: _LinkState, tensors: dict[str, Any]) -> int:
 
     if link.rank != 0:
         raise RuntimeError(f"link {link.name!r}: only its source (rank 0) sends; this is rank {link.rank}")
+    problem = _unsendable(tensors, link.backend)
+    if problem:
+        _broadcast_object(link, _Abort(problem))  # receivers fail now, not at the link timeout
+        raise ValueError(f"link {link.name!r}: {problem}")
     names = list(tensors)
     specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in names]
     _broadcast_object(link, specs)
@@ -170,6 +203,8 @@ def recv_tensors(link: _LinkState) -> dict[str, Any]:
     if link.rank == 0:
         raise RuntimeError(f"link {link.name!r}: its source (rank 0) cannot receive")
     specs = _broadcast_object(link, None)
+    if isinstance(specs, _Abort):
+        raise RuntimeError(f"link {link.name!r}: the sender aborted: {specs.reason}")
     out: dict[str, Any] = {}
     for bucket in plan_buckets(specs, link.bucket_bytes):
         dtype = specs[bucket[0]][2]

@@ -29,6 +29,9 @@ from rlinf.scheduler.worker import (
 )
 
 
+_CONTROL_GROUP = "rlinf_control"
+
+
 class WorkerGroup:
     """The processes of one component, one Ray actor per placed process.
 
@@ -80,7 +83,8 @@ class WorkerGroup:
         name = name or placement.name
         master = cluster.node(placement.processes[0].node)
         master_port = free_port_on(master)
-        remote_cls = ray.remote(worker_cls)
+        # A separate one-thread concurrency group answers liveness pings while the worker is busy.
+        remote_cls = ray.remote(concurrency_groups={_CONTROL_GROUP: 1})(worker_cls)
         actors = []
         for proc in placement.processes:
             node = cluster.node(proc.node)
@@ -110,7 +114,7 @@ class WorkerGroup:
             actors.append(actor)
         group = cls(cluster, placement, name, worker_cls, actors)
         try:
-            group._execute("_rlinf_ping").wait(timeout=start_timeout)
+            group._execute("_rlinf_ping", _control=True).wait(timeout=start_timeout)
         except BaseException:
             group.shutdown()  # no half-started group left running
             raise
@@ -128,12 +132,17 @@ class WorkerGroup:
         return self._execute(method, *args, ranks=ranks, **kwargs)
 
     def _execute(self, method: str, *args: Any, ranks: Sequence[int] | None = None,
-                 **kwargs: Any) -> GroupCall:
+                 _control: bool = False, **kwargs: Any) -> GroupCall:
         ranks = list(range(self.world_size)) if ranks is None else list(ranks)
         for r in ranks:
-            if not 0 <= r < self.world_size:
-                raise IndexError(f"{self.name} has ranks 0-{self.world_size - 1}, not {r}")
-        refs = [self.actors[r]._rlinf_call.remote(method, *args, **kwargs) for r in ranks]
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.world_size:
+                raise IndexError(f"{self.name} has ranks 0-{self.world_size - 1}, not {r!r}")
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"ranks {ranks} of {self.name} name a rank twice")
+        calls = [self.actors[r]._rlinf_call for r in ranks]
+        if _control:
+            calls = [c.options(concurrency_group=_CONTROL_GROUP) for c in calls]
+        refs = [c.remote(method, *args, **kwargs) for c in calls]
         return GroupCall(self, method, ranks, refs)
 
     def __getattr__(self, method: str):
@@ -142,8 +151,11 @@ class WorkerGroup:
         return lambda *args, **kwargs: self.execute(method, *args, **kwargs)
 
     def check_alive(self, timeout: float = 10.0) -> None:
-        """Raise :class:`WorkerDiedError` naming the first rank that does not answer a ping."""
-        self._execute("_rlinf_ping").wait(timeout=timeout)
+        """Raise :class:`WorkerDiedError` naming the first dead rank.
+
+        Answers even while the workers are busy in a long call (pings run in their own thread).
+        """
+        self._execute("_rlinf_ping", _control=True).wait(timeout=timeout)
 
     def shutdown(self) -> None:
         """Kill every process of the group."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
 
 N_PER_PRODUCER = 40
+Obs = collections.namedtuple("Obs", "image step")
 
 
 class Producer(Worker):
@@ -173,8 +175,80 @@ def test_dead_producer_loses_only_its_tensors_and_says_so(ray_cluster):
     pid = group.put_and_report(channel, [{"small": 1}, {"big": torch.ones(100_000)}], "k").wait(30)[0]
     os.kill(pid, 9)
     time.sleep(1.0)
+    channel.put("from the driver", key="k")
     assert channel.get(key="k", timeout=10) == {"small": 1}
-    with pytest.raises(PayloadLostError, match=r"shortlived\[0\]"):
-        channel.get(key="k", timeout=30)
+    with pytest.raises(PayloadLostError, match=r"shortlived\[0\].*1 item\(s\) lost") as err:
+        channel.get_batch(key="k", count=2, timeout=30)
+    assert err.value.lost == [0]
+    # the batch's good item went back to the front: only the dead producer's tensors are gone
+    assert channel.get(key="k", timeout=10) == "from the driver"
     channel.put("still works", key="k")
     assert channel.get(key="k", timeout=10) == "still works"
+
+
+def test_cancelled_async_get_loses_nothing(ray_cluster):
+    channel = Channel.create("cancelled-get")
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(channel.async_get(key="k"), 0.2)  # the caller gives up
+        channel.put("item-1", key="k")  # arrives while the abandoned get may still be pending
+        return await channel.async_get(key="k", timeout=10)
+
+    assert asyncio.run(main()) == "item-1"
+    stats = channel.stats()["k"]
+    assert stats["total_put"] == 1 and stats["total_got"] == 1 and stats["queued"] == 0
+
+
+def test_cancelled_async_put_on_a_full_queue_is_withdrawn(ray_cluster):
+    channel = Channel.create("cancelled-put", maxsize=1)
+    channel.put("kept")
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(channel.async_put("withdrawn"), 0.3)
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while channel.stats()["default"]["blocked_puts"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert channel.get(timeout=5) == "kept"
+    with pytest.raises(ChannelTimeout):
+        channel.get(timeout=1.5)  # the withdrawn put never arrives
+
+
+def test_bad_arguments_fail_before_anything_is_sent(ray_cluster):
+    channel = Channel.create("bad-args")
+    for weight in ("x", float("nan"), -1.0, True):
+        with pytest.raises(ValueError, match="weight must be a finite number >= 0"):
+            channel.put("item", weight=weight)
+    with pytest.raises(ValueError, match="count must be an int >= 1"):
+        channel.get_batch(count=2.5)
+    assert channel.qsize() == 0
+    with pytest.raises(ValueError, match="already exists with maxsize 0, not 3"):
+        Channel.create("bad-args", maxsize=3)
+
+
+def test_payload_types_identity_and_small_views(ray_cluster):
+    import collections
+    import pickle
+
+    from rlinf.scheduler.channel.payload import pack, unpack_many
+
+    big = torch.randn(256, 256)  # 256 KiB: object store
+    item = {
+        "ordered": collections.OrderedDict([("b", 1), ("a", big)]),
+        "counts": collections.defaultdict(int, {"x": 2}),
+        "obs": Obs(big, 3),
+        "twice": [big, big],
+        "view": torch.randn(1_000_000)[:10],  # 10 floats of a 4 MB storage
+    }
+    packed = pack(item)
+    assert len(pickle.dumps(packed.skeleton)) < 10_000  # the 4 MB storage did not ride along
+    got = unpack_many([packed])[0]
+    assert type(got["ordered"]) is collections.OrderedDict and list(got["ordered"]) == ["b", "a"]
+    assert type(got["counts"]) is collections.defaultdict and got["counts"]["missing"] == 0
+    assert isinstance(got["obs"], Obs) and got["obs"].step == 3 and torch.equal(got["obs"].image, big)
+    assert got["twice"][0] is got["twice"][1] and torch.equal(got["twice"][0], big)
+    assert got["ordered"]["a"] is got["obs"].image  # one tensor object per tensor sent
+    assert torch.equal(got["view"], item["view"])

@@ -6,7 +6,10 @@ import socket
 
 import ray._private.utils
 
+import pytest
+
 from rlinf.scheduler.cluster import _live_local_cluster, _rank_nodes
+from rlinf.scheduler.errors import ClusterError
 
 
 def test_dead_recorded_cluster_is_ignored_and_live_one_is_used(monkeypatch):
@@ -43,3 +46,16 @@ def test_cpu_nodes_get_logical_slots():
     nodes = _rank_nodes([_node("a", "10.0.0.1", head=True), _node("g", "10.0.0.2", gpus=4)], 3)
     assert [(n.num_accelerators, n.has_gpus) for n in nodes] == [(3, False), (4, True)]
     assert _rank_nodes([_node("a", "10.0.0.1", head=True)], None)[0].num_accelerators == 1
+
+
+@pytest.mark.parametrize("labels, message", [
+    (["0", "5"], r"labels must be 0-1, each once; got \[0, 5\]"),
+    (["0", "0"], r"labels must be 0-1, each once; got \[0, 0\]"),
+    (["0", "one"], r"rlinf.io/node-rank='one' is not a node rank; use 0-1"),
+])
+def test_bad_node_rank_labels_are_errors(labels, message):
+    raw = [_node(f"n{i}", f"10.0.0.{i}", 8, head=i == 0) for i in range(2)]
+    for node, label in zip(raw, labels):
+        node["Labels"]["rlinf.io/node-rank"] = label
+    with pytest.raises(ClusterError, match=message):
+        _rank_nodes(raw, None)

@@ -99,8 +99,17 @@ def test_invalid_arguments_are_rejected():
         q = KeyedQueues()
         with pytest.raises(ValueError, match="exactly one"):
             await q.get_batch("k")
-        with pytest.raises(ValueError, match="count must be >= 1"):
+        with pytest.raises(ValueError, match="count must be an int >= 1"):
             await q.get_batch("k", count=0)
+        for bad in (2.5, True):
+            with pytest.raises(ValueError, match="count must be an int >= 1"):
+                await q.get_batch("k", count=bad)
+        for bad in ("x", float("nan"), -1, True, float("inf")):
+            with pytest.raises(ValueError, match="weight must be a finite number >= 0"):
+                await q.put("k", "item", weight=bad)
+        with pytest.raises(ValueError, match="target_weight must be a finite number > 0"):
+            await q.get_batch("k", target_weight=float("nan"))
+        assert q.qsize("k") == 0  # nothing was admitted by the rejected puts
         with pytest.raises(ValueError, match="queue_size of 'k' must be >= 0"):
             q.declare("k", -1)
 
@@ -150,3 +159,47 @@ def test_exactly_once_and_per_producer_fifo_under_concurrency(seed):
         for p in range(8):
             seq = [i for (pp, i) in items if pp == p]
             assert seq == sorted(seq)
+
+
+def test_cancel_withdraws_a_pending_get_and_gives_its_items_back():
+    async def main():
+        q = KeyedQueues()
+        await q.put("k", "a")
+        waiting = asyncio.ensure_future(q.get_batch("k", count=2, request_id="r1"))
+        await asyncio.sleep(0)
+        assert q.cancel("r1") is True
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert q.cancel("r1") is False  # nothing pending any more
+        await q.put("k", "b")
+        return await q.get_batch("k", count=2), q.stats()["k"]
+
+    got, stats = run(main())
+    assert got == ["a", "b"] and stats["total_got"] == 2 and stats["total_put"] == 2
+
+
+def test_cancel_withdraws_a_blocked_put():
+    async def main():
+        q = KeyedQueues(default_maxsize=1)
+        await q.put("k", "kept")
+        blocked = asyncio.ensure_future(q.put("k", "withdrawn", request_id="p1"))
+        await asyncio.sleep(0)
+        assert q.cancel("p1") is True
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+        return await q.get("k"), q.qsize("k")
+
+    assert run(main()) == ("kept", 0)
+
+
+def test_requeue_front_restores_order_and_counts():
+    async def main():
+        q = KeyedQueues()
+        for i in range(4):
+            await q.put("k", i, weight=i + 1)
+        taken = await q.get_batch("k", count=2, with_weights=True)
+        q.requeue_front("k", taken)  # the reply never reached its caller
+        return taken, await q.get_batch("k", count=4), q.stats()["k"]["total_got"]
+
+    taken, again, total_got = run(main())
+    assert taken == [(0, 1), (1, 2)] and again == [0, 1, 2, 3] and total_got == 4

@@ -10,6 +10,7 @@ from rlinf.scheduler.placement import (
     ClusterShape,
     NodeGroup,
     PlacementError,
+    parse_cluster_shape,
     plan_placement,
 )
 
@@ -203,6 +204,18 @@ def test_malformed_values(value, token):
     assert e.key == f"{PREFIX}.actor"
     assert str(e).startswith(f"{PREFIX}.actor: ")
     assert token in str(e)
+
+
+@pytest.mark.parametrize("value, token", [("010", "'010'"), ("0-07", "'07'"), ("00", "'00'"), ("01:0", "'01'"),
+                                          ("0:00-1", "'00'")])
+def test_leading_zeros_are_rejected_naming_the_text(value, token):
+    # YAML 1.1 reads an unquoted 010 as octal 8: a rank with a leading zero is ambiguous, never 10 or 8.
+    e = err(value)
+    assert str(e).startswith(f"{PREFIX}.actor: {token} in ") and "leading zero" in str(e)
+    assert "'8'" not in str(e)
+    with pytest.raises(PlacementError, match=r"node_ranks: '01' in '01' has a leading zero"):
+        parse_cluster_shape({"num_nodes": 2, "node_groups": [{"label": "a", "node_ranks": "01"}]})
+    assert accs("0,10", ClusterShape(2, 8)) == [(0,), (2,)]
 
 
 def test_out_of_range_message_names_valid_range():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -167,6 +169,62 @@ def test_node_rank_out_of_range_message():
         parse_cluster_shape({"num_nodes": 2, "node_groups": [{"label": "a", "node_ranks": 5}]})
     assert str(info.value) == ("cluster.node_groups[0].node_ranks: node 5 in '5' is out of range; "
                                "valid node ranks are 0-1 (num_nodes = 2)")
+
+
+def test_override_names_name_the_flag():
+    names = {"num_nodes": "--nodes", "accelerators_per_node": "--accelerators-per-node"}
+    with pytest.raises(PlacementError) as info:
+        parse_cluster_shape({}, num_nodes="x", override_names=names)  # type: ignore[arg-type]
+    assert str(info.value) == "--nodes: 'x' is not an int; use an int >= 1"
+    with pytest.raises(PlacementError, match=r"^--accelerators-per-node: -1 is too small; use an int >= 0$"):
+        parse_cluster_shape({}, accelerators_per_node=-1, override_names=names)
+    with pytest.raises(PlacementError, match=r"^num_nodes \(override\): "):  # default naming is kept
+        parse_cluster_shape({}, num_nodes=0)
+
+
+def test_accelerator_counts_per_node():
+    shape = parse_cluster_shape(HETERO_CFG)
+    assert shape.accelerator_counts() == (8, 8, 4, 0)
+    assert ClusterShape(2, 8).accelerator_counts() == (8, 8)
+    with pytest.raises(IndexError, match="node 4"):
+        shape.accelerators_on(4)
+    with pytest.raises(IndexError, match="node -1"):
+        shape.accelerators_on(-1)
+    with pytest.raises(ValueError, match="node group 'g' has node 2"):
+        ClusterShape(2, 8, (NodeGroup("g", (2,), 0),)).accelerator_counts()
+
+
+def test_per_node_counts_have_one_source(monkeypatch):
+    """Planning, the grid and ``accelerators_on`` all take per-node counts from accelerator_counts()."""
+    calls: list[ClusterShape] = []
+    real = ClusterShape.accelerator_counts
+
+    def spy(self):
+        calls.append(self)
+        return real(self)
+
+    monkeypatch.setattr(ClusterShape, "accelerator_counts", spy)
+    shape = parse_cluster_shape(HETERO_CFG)
+    plan = plan_placement({"actor": "all"}, shape)
+    assert calls == [shape]
+    render_grid(plan)
+    assert calls == [shape, shape]
+    assert shape.accelerators_on(2) == 4 and len(calls) == 3
+
+
+PLACEMENT_SRC = Path(__file__).resolve().parents[2] / "rlinf" / "scheduler" / "placement"
+
+
+def test_house_style_file_length_and_single_text_helpers():
+    sources = {p.name: p.read_text(encoding="utf-8") for p in PLACEMENT_SRC.glob("*.py")}
+    too_long = {name: src.count("\n") for name, src in sources.items() if src.count("\n") > 300}
+    assert not too_long, f"files over 300 lines: {too_long}"
+    # the rank-range text ('0' or '0-{n-1}') is built by text.rank_range only
+    inline = re.compile(r'f"0-\{')
+    assert [name for name, src in sources.items() if inline.search(src)] == ["text.py"]
+    # per-node counts are built by ClusterShape.accelerator_counts only
+    counts = re.compile(r"\[\s*[\w.]*accelerators_per_node\s*\]\s*\*\s*[\w.]*num_nodes")
+    assert [name for name, src in sources.items() if counts.search(src)] == ["plan.py"]
 
 
 # ---------------------------------------------------------------- rendering

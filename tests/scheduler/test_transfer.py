@@ -30,6 +30,9 @@ class Sender(Worker):
     def push(self, version: int) -> int:
         return self.send_tensors("weights", make_state(version))
 
+    def push_bad(self) -> int:
+        return self.send_tensors("weights", {"w": torch.ones(3), "_extra_state": b"bytes"})
+
     def pull(self):
         return self.recv_tensors("weights")
 
@@ -74,3 +77,23 @@ def test_misuse_is_reported_clearly(linked):
         actor.execute("push", 0, ranks=[0]).wait(timeout=30)  # rank 0 is not in the link
     with pytest.raises(WorkerError, match="its source \\(rank 0\\) cannot receive"):
         actor.execute("pull", ranks=[1]).wait(timeout=30)
+
+
+def test_unsendable_dict_fails_both_sides_at_once(linked):
+    actor, rollout = linked
+    receiving = rollout.pull_and_check(0)
+    with pytest.raises(WorkerError, match="'_extra_state' is a bytes, not a tensor"):
+        actor.execute("push_bad", ranks=[1]).wait(timeout=30)
+    # the receivers fail now, not after the link's 60 s timeout
+    with pytest.raises(WorkerError, match="the sender aborted: '_extra_state' is a bytes"):
+        receiving.wait(timeout=30)
+    # and the link still works afterwards
+    receiving = rollout.pull_and_check(3)
+    actor.execute("push", 3, ranks=[1]).wait(timeout=60)
+    assert all(r["equal"] for r in receiving.wait(timeout=60))
+
+
+def test_a_worker_cannot_be_on_both_ends(linked):
+    actor, _ = linked
+    with pytest.raises(ValueError, match="appears twice"):
+        TensorLink.connect("self-link", actor, 0, actor, dst_ranks=[0, 1])

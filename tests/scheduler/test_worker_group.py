@@ -141,6 +141,14 @@ def test_unknown_method_fails_before_any_call(spread):
         spread.nope()
     with pytest.raises(IndexError, match="ranks 0-2"):
         spread.execute("sleep", 0, ranks=[5])
+    with pytest.raises(ValueError, match=r"name a rank twice"):
+        spread.execute("sleep", 0, ranks=[0, 0])
+
+
+def test_check_alive_answers_while_workers_are_busy(spread):
+    busy = spread.sleep(3)
+    spread.check_alive(timeout=2)  # would time out if the ping queued behind sleep()
+    assert busy.wait(timeout=30) == [0, 1, 2]
 
 
 def test_failed_init_is_reported_at_launch(ray_cluster):

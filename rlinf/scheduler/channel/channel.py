@@ -17,12 +17,19 @@ Example (needs a running Ray; see docs/scheduler.md):
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import threading
 import time
+import uuid
 from typing import Any
 
 from rlinf.scheduler.channel.actor import SLICE_EXPIRED, ChannelActor
-from rlinf.scheduler.channel.payload import pack, unpack_many
+from rlinf.scheduler.channel.keyed_queue import check_batch_request, check_weight
+from rlinf.scheduler.channel.payload import PayloadLostError, pack, unpack_many
+
+logger = logging.getLogger(__name__)
 
 #: A blocked get re-asks the channel actor this often, so a consumer that dies while waiting
 #: stops holding a claim on the next item within this many seconds.
@@ -48,16 +55,21 @@ class Channel:
     # ---- creation -------------------------------------------------------------------------
     @classmethod
     def create(cls, name: str, maxsize: int = 0, node_id: str | None = None) -> "Channel":
-        """Create channel ``name`` (or open it if it exists).
+        """Create channel ``name`` (or open it if it exists with the same ``maxsize``).
 
         Args:
             name: channel name, unique in the Ray namespace.
             maxsize: default capacity of each sub-queue; 0 = unbounded.
             node_id: Ray node to host the channel actor (default: this node).
+
+        Raises:
+            ValueError: the channel exists with another ``maxsize``.
         """
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+            raise ValueError(f"maxsize must be an int >= 0 (0 = unbounded), got {maxsize!r}")
         node_id = node_id or ray.get_runtime_context().get_node_id()
         actor = (
             ray.remote(ChannelActor)
@@ -71,7 +83,9 @@ class Channel:
             .remote(name, maxsize)
         )
         channel = cls(name, actor)
-        channel._call(actor.ping.remote())
+        _, existing = channel._call(actor.info.remote())
+        if existing != maxsize:
+            raise ValueError(f"channel {name!r} already exists with maxsize {existing}, not {maxsize}")
         return channel
 
     @classmethod
@@ -102,8 +116,16 @@ class Channel:
 
         Raises:
             ChannelTimeout: still full after ``timeout`` seconds; the item was not added.
+            ValueError: ``weight`` is not a finite number >= 0 (checked before anything is sent).
         """
-        ok = self._call(self._actor.put.remote(key, pack(item, _me()), weight, timeout))
+        check_weight(weight)
+        rid = uuid.uuid4().hex
+        ref = self._actor.put.remote(key, pack(item, _me()), weight, timeout, rid)
+        try:
+            ok = self._call(ref)
+        except BaseException:
+            _reclaim_in_background(self._actor, key, rid, None)
+            raise
         if not ok:
             raise ChannelTimeout(f"put to {self.name}/{key} timed out after {timeout} s (queue full)")
 
@@ -113,13 +135,25 @@ class Channel:
 
     def get_batch(self, key: str = "default", count: int | None = None,
                   target_weight: float | None = None, timeout: float | None = None) -> list:
-        """Remove ``count`` items, or items until their weights reach ``target_weight``."""
+        """Remove ``count`` items, or items until their weights reach ``target_weight``.
+
+        Raises:
+            ChannelTimeout: not enough items within ``timeout``; nothing was taken.
+            PayloadLostError: some items' tensors died with their producer; the batch's other
+                items were put back at the front of the queue.
+        """
+        check_batch_request(count, target_weight)
         deadline = _Deadline(timeout)
         while True:
-            slice_s = deadline.next_slice()
-            got = self._call(self._actor.get_batch.remote(key, count, target_weight, slice_s))
+            rid = uuid.uuid4().hex
+            ref = self._actor.get_batch.remote(key, count, target_weight, deadline.next_slice(), rid)
+            try:
+                got = self._call(ref)
+            except BaseException:  # interrupted: what the channel handed out must not vanish
+                _reclaim_in_background(self._actor, key, rid, ref)
+                raise
             if not _expired(got):
-                return unpack_many(got)
+                return self._unpack(key, got)
             if deadline.passed():
                 raise ChannelTimeout(f"get from {self.name}/{key} timed out after {timeout} s")
 
@@ -134,8 +168,16 @@ class Channel:
     # ---- async API ------------------------------------------------------------------------
     async def async_put(self, item: Any, key: str = "default", weight: float = 1.0,
                         timeout: float | None = None) -> None:
-        """``await`` form of :meth:`put`."""
-        ok = await self._acall(self._actor.put.remote(key, pack(item, _me()), weight, timeout))
+        """``await`` form of :meth:`put`. If the awaiting task is cancelled, a put still blocked
+        on a full queue is withdrawn; one the channel already accepted stays (never twice)."""
+        check_weight(weight)
+        rid = uuid.uuid4().hex
+        ref = self._actor.put.remote(key, pack(item, _me()), weight, timeout, rid)
+        try:
+            ok = await self._acall(ref)
+        except asyncio.CancelledError:
+            _reclaim_in_background(self._actor, key, rid, None)
+            raise
         if not ok:
             raise ChannelTimeout(f"put to {self.name}/{key} timed out after {timeout} s (queue full)")
 
@@ -146,17 +188,35 @@ class Channel:
     async def async_get_batch(self, key: str = "default", count: int | None = None,
                               target_weight: float | None = None,
                               timeout: float | None = None) -> list:
-        """``await`` form of :meth:`get_batch`."""
+        """``await`` form of :meth:`get_batch`. If the awaiting task is cancelled, nothing is
+        lost: a pending get is withdrawn and an undelivered reply goes back to the front."""
+        check_batch_request(count, target_weight)
         deadline = _Deadline(timeout)
         while True:
-            slice_s = deadline.next_slice()
-            got = await self._acall(self._actor.get_batch.remote(key, count, target_weight, slice_s))
+            rid = uuid.uuid4().hex
+            ref = self._actor.get_batch.remote(key, count, target_weight, deadline.next_slice(), rid)
+            try:
+                got = await self._acall(ref)
+            except asyncio.CancelledError:
+                _reclaim_in_background(self._actor, key, rid, ref)
+                raise
             if not _expired(got):
-                return unpack_many(got)
+                return self._unpack(key, got)
             if deadline.passed():
                 raise ChannelTimeout(f"get from {self.name}/{key} timed out after {timeout} s")
 
     # ---- plumbing -------------------------------------------------------------------------
+    def _unpack(self, key: str, pairs: list) -> list:
+        try:
+            return unpack_many([p for p, _ in pairs])
+        except PayloadLostError as err:
+            keep = [pair for i, pair in enumerate(pairs) if i not in err.lost]
+            if keep:
+                self._call(self._actor.requeue_front.remote(key, keep))
+            raise PayloadLostError(
+                f"{err} ({len(err.lost)} item(s) lost; the batch's other {len(keep)} item(s) "
+                f"were put back at the front of {self.name}/{key})", err.lost) from None
+
     def _call(self, ref):
         import ray
 
@@ -172,6 +232,25 @@ class Channel:
             return await ref
         except ray.exceptions.RayActorError as exc:
             raise ChannelClosedError(f"channel {self.name!r} is gone: {exc}") from None
+
+
+def _reclaim_in_background(actor, key: str, request_id: str, ref) -> None:
+    """After a caller gave up on a call: withdraw it if still pending, and put an undelivered
+    get reply back at the front. Runs in a thread: the caller may be unwinding a cancellation."""
+
+    def reclaim() -> None:
+        import ray
+
+        try:
+            ray.get(actor.cancel.remote(request_id))
+            if ref is not None:
+                got = ray.get(ref)
+                if not _expired(got):
+                    ray.get(actor.requeue_front.remote(key, got))
+        except Exception:  # noqa: BLE001 - the channel is gone: nothing left to give back
+            logger.warning("could not give back the items of an abandoned get on %r", key)
+
+    threading.Thread(target=reclaim, name="rlinf-channel-reclaim", daemon=True).start()
 
 
 class _Deadline:

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ class _Getter:
     count: int | None
     target_weight: float | None
     future: asyncio.Future
+    request_id: str | None = None
     got: list = field(default_factory=list)
     weights: list = field(default_factory=list)
     got_weight: float = 0.0
@@ -56,6 +58,7 @@ class _Putter:
     item: Any
     weight: float
     future: asyncio.Future
+    request_id: str | None = None
 
 
 @dataclass
@@ -113,22 +116,28 @@ class KeyedQueues:
             for k, q in self._queues.items()
         }
 
-    async def put(self, key: str, item: Any, weight: float = 1.0, timeout: float | None = None) -> None:
-        """Append ``item``; while ``key`` is full, wait (backpressure) up to ``timeout`` seconds."""
+    async def put(self, key: str, item: Any, weight: float = 1.0, timeout: float | None = None,
+                  request_id: str | None = None) -> None:
+        """Append ``item``; while ``key`` is full, wait (backpressure) up to ``timeout`` seconds.
+
+        ``request_id`` lets :meth:`cancel` withdraw the put while it is still blocked.
+        """
+        check_weight(weight)
         q = self._queue(key)
         if not q.putters and not q.full():
             q.items.append((item, weight))
             q.total_put += 1
             self._pump(q)
             return
-        putter = _Putter(item, weight, asyncio.get_running_loop().create_future())
+        putter = _Putter(item, weight, asyncio.get_running_loop().create_future(), request_id)
         q.putters.append(putter)
         try:
             await asyncio.wait_for(asyncio.shield(putter.future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            if putter.future.done():  # admitted just as the timeout fired
-                return
-            q.putters.remove(putter)
+            if putter.future.done() and not putter.future.cancelled():
+                return  # admitted just as the timeout fired
+            if putter in q.putters:
+                q.putters.remove(putter)
             putter.future.cancel()
             if isinstance(exc, asyncio.CancelledError):
                 raise
@@ -138,43 +147,72 @@ class KeyedQueues:
         """Remove and return the oldest item of ``key``, waiting up to ``timeout`` seconds."""
         return (await self.get_batch(key, count=1, timeout=timeout))[0]
 
+    def cancel(self, request_id: str) -> bool:
+        """Withdraw a still-pending put or get: a put is dropped, a get gives back what it had.
+
+        Returns False when nothing with that id is pending (it completed, or never arrived).
+        """
+        for q in self._queues.values():
+            for putter in q.putters:
+                if putter.request_id == request_id:
+                    q.putters.remove(putter)
+                    putter.future.cancel()
+                    return True
+            for getter in q.getters:
+                if getter.request_id == request_id:
+                    self._withdraw(q, getter)
+                    return True
+        return False
+
+    def requeue_front(self, key: str, items: list) -> None:
+        """Put ``(item, weight)`` pairs back at the front of ``key``, in order (undelivered replies)."""
+        q = self._queue(key)
+        for item, weight in reversed(items):
+            q.items.appendleft((item, weight))
+        q.total_got -= len(items)
+        self._pump(q)
+
     async def get_batch(
         self,
         key: str,
         count: int | None = None,
         target_weight: float | None = None,
         timeout: float | None = None,
+        request_id: str | None = None,
+        with_weights: bool = False,
     ) -> list:
         """Remove ``count`` items, or items until their weights sum to ``target_weight``.
 
         Exactly one of ``count`` / ``target_weight`` must be given. Items are taken as they
         arrive, so a batch larger than the queue's capacity still completes.
         """
-        if (count is None) == (target_weight is None):
-            raise ValueError("give exactly one of count or target_weight")
-        if count is not None and count < 1:
-            raise ValueError(f"count must be >= 1, got {count}")
-        if target_weight is not None and target_weight <= 0:
-            raise ValueError(f"target_weight must be > 0, got {target_weight}")
+        check_batch_request(count, target_weight)
         q = self._queue(key)
-        getter = _Getter(count, target_weight, asyncio.get_running_loop().create_future())
+        getter = _Getter(count, target_weight, asyncio.get_running_loop().create_future(), request_id)
         q.getters.append(getter)
         self._pump(q)
         try:
-            return await asyncio.wait_for(asyncio.shield(getter.future), timeout)
+            got = await asyncio.wait_for(asyncio.shield(getter.future), timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
             if getter.future.done() and not getter.future.cancelled():
-                return getter.future.result()
+                got = getter.future.result()
+            else:
+                self._withdraw(q, getter)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                raise QueueTimeout(f"get from {key!r} timed out after {timeout} s") from None
+        return list(zip(got, getter.weights)) if with_weights else got
+
+    def _withdraw(self, q: _Queue, getter: _Getter) -> None:
+        """Drop a pending getter and give back what it had collected, in order, at the front."""
+        if getter in q.getters:
             q.getters.remove(getter)
-            getter.future.cancel()
-            # Give back what this getter had collected, in order, ahead of everything else.
-            for item, weight in reversed(list(zip(getter.got, getter.weights))):
-                q.items.appendleft((item, weight))
-            q.total_got -= len(getter.got)
-            self._pump(q)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise QueueTimeout(f"get from {key!r} timed out after {timeout} s") from None
+        getter.future.cancel()
+        for item, weight in reversed(list(zip(getter.got, getter.weights))):
+            q.items.appendleft((item, weight))
+        q.total_got -= len(getter.got)
+        getter.got, getter.weights = [], []
+        self._pump(q)
 
     def _pump(self, q: _Queue) -> None:
         """Move admitted putters into the queue and hand items to waiting getters, in order."""
@@ -195,3 +233,22 @@ class KeyedQueues:
             if getter.satisfied():
                 q.getters.popleft()
                 getter.future.set_result(getter.got)
+
+
+def check_weight(weight: Any) -> None:
+    """A put's weight must be a finite real number >= 0 (not a bool)."""
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
+            or weight < 0:
+        raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
+
+
+def check_batch_request(count: Any, target_weight: Any) -> None:
+    """Exactly one of ``count`` (int >= 1) and ``target_weight`` (finite number > 0)."""
+    if (count is None) == (target_weight is None):
+        raise ValueError("give exactly one of count or target_weight")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError(f"count must be an int >= 1, got {count!r}")
+    if target_weight is not None and (
+            isinstance(target_weight, bool) or not isinstance(target_weight, (int, float))
+            or not math.isfinite(target_weight) or target_weight <= 0):
+        raise ValueError(f"target_weight must be a finite number > 0, got {target_weight!r}")

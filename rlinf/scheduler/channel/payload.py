@@ -4,8 +4,11 @@ A tensor of at least ``INLINE_LIMIT`` bytes, anywhere in a nested dict / list / 
 by a slot; the bytes of all such tensors of one item go into the object store with one
 ``ray.put``, as uint8 numpy views (Ray ships numpy buffers out of band, so this is one copy into
 shared memory on the producer and none on the consumer, in workers and in the driver alike,
-whatever ``RAY_ENABLE_ZERO_COPY_TORCH_TENSORS`` says). Received tensors are read-only views of
-shared memory: ``.clone()`` before writing in place. Everything else is pickled inline.
+whatever ``RAY_ENABLE_ZERO_COPY_TORCH_TENSORS`` says). Received large tensors are views of shared
+memory that torch does not mark read-only: writing to them in place is undefined, so ``.clone()``
+first. Small tensors that are views of a much larger storage are copied before pickling (pickle
+would ship the whole storage); a tensor that appears twice in one item travels once. Containers
+(dict and its subclasses, lists, tuples, namedtuples) come back as the same types.
 
 Measured choice (bench/bench_channel.py): for 64 MiB and more the object store beat a fresh POSIX
 shared-memory segment per item (which pays page faults on every write) by 2.7-6x.
@@ -23,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -48,13 +52,18 @@ class Packed:
 
 
 def _map(x, leaf):
-    """Rebuild nested dicts / lists / tuples with ``leaf`` applied to every other value."""
+    """Rebuild nested containers (dict and subclasses, list, tuple, namedtuple) with ``leaf``
+    applied to every other value; container types and key order are kept."""
     if isinstance(x, dict):
-        return {k: _map(v, leaf) for k, v in x.items()}
+        out = copy.copy(x)  # keeps OrderedDict / defaultdict (and its default_factory)
+        for k, v in x.items():
+            out[k] = _map(v, leaf)
+        return out
     if isinstance(x, list):
         return [_map(v, leaf) for v in x]
-    if isinstance(x, tuple) and not hasattr(x, "_fields"):
-        return tuple(_map(v, leaf) for v in x)
+    if isinstance(x, tuple):
+        items = [_map(v, leaf) for v in x]
+        return type(x)(*items) if hasattr(x, "_fields") else tuple(items)
     return leaf(x)
 
 
@@ -63,13 +72,21 @@ def pack(item: Any, producer: str = "") -> Packed:
     import torch
 
     buffers: list = []
+    seen: dict[int, _TensorSlot] = {}  # the same tensor twice travels once
 
     def leaf(x):
-        if isinstance(x, torch.Tensor) and x.numel() * x.element_size() >= INLINE_LIMIT:
+        if not isinstance(x, torch.Tensor):
+            return x
+        nbytes = x.numel() * x.element_size()
+        if nbytes < INLINE_LIMIT:
+            # pickling a view ships its whole storage: copy small views of big storages
+            small_view = x.untyped_storage().nbytes() > 2 * nbytes + 64
+            return x.detach().clone() if small_view else x
+        if id(x) not in seen:
             flat = x.detach().to("cpu").contiguous().reshape(-1)
             buffers.append(flat.view(torch.uint8).numpy())
-            return _TensorSlot(len(buffers) - 1, x.dtype, tuple(x.shape))
-        return x
+            seen[id(x)] = _TensorSlot(len(buffers) - 1, x.dtype, tuple(x.shape))
+        return seen[id(x)]
 
     skeleton = _map(item, leaf)
     if not buffers:
@@ -80,42 +97,68 @@ def pack(item: Any, producer: str = "") -> Packed:
 
 
 def unpack_many(packed: list[Packed]) -> list[Any]:
-    """Rebuild items; all their object-store payloads are fetched with one ``ray.get``."""
-    refs = [p.tensors_ref for p in packed if p.tensors_ref is not None]
-    fetched = iter(_fetch(refs, packed) if refs else [])
+    """Rebuild items; their object-store payloads are fetched with one ``ray.get``.
+
+    Raises:
+        PayloadLostError: some payloads died with their producer; ``err.lost`` lists the indices
+            (into ``packed``) of the lost items.
+    """
+    with_ref = [i for i, p in enumerate(packed) if p.tensors_ref is not None]
+    fetched = dict(zip(with_ref, _fetch([packed[i] for i in with_ref], with_ref))) if with_ref else {}
     out = []
-    for p in packed:
-        if p.tensors_ref is None:
+    for i, p in enumerate(packed):
+        if i not in fetched:
             out.append(p.skeleton)
             continue
-        buffers = next(fetched)
-        out.append(_map(p.skeleton, lambda x, b=buffers: _tensor(x, b)))
+        buffers = fetched[i]
+        tensors: dict[int, Any] = {}  # one tensor object per slot, as on the producer side
+        out.append(_map(p.skeleton, lambda x, b=buffers, t=tensors: _tensor(x, b, t)))
     return out
 
 
-def _tensor(x, buffers):
+def _tensor(x, buffers, tensors):
     if not isinstance(x, _TensorSlot):
         return x
-    import torch
+    if x.index not in tensors:
+        import torch
 
-    with warnings.catch_warnings():
-        # Read-only by design (see above); torch would warn about it on every transfer.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(buffers[x.index]).view(x.dtype).reshape(x.shape)
+        with warnings.catch_warnings():
+            # a view of shared memory (see above); torch would warn about it on every transfer
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            tensors[x.index] = torch.from_numpy(buffers[x.index]).view(x.dtype).reshape(x.shape)
+    return tensors[x.index]
 
 
-def _fetch(refs: list, packed: list[Packed]) -> list:
+def _fetch(packed: list[Packed], indices: list[int]) -> list:
     import ray
 
+    lost_errors = (ray.exceptions.OwnerDiedError, ray.exceptions.ObjectLostError)
     try:
-        return ray.get(refs)
-    except (ray.exceptions.OwnerDiedError, ray.exceptions.ObjectLostError) as exc:
-        producers = sorted({p.producer or "?" for p in packed if p.tensors_ref is not None})
-        raise PayloadLostError(
-            f"tensors of this batch were owned by producer {', '.join(producers)}, which died "
-            f"before they were read ({type(exc).__name__})"
-        ) from None
+        return ray.get([p.tensors_ref for p in packed])
+    except lost_errors:
+        pass
+    lost, producers = [], set()
+    for i, p in zip(indices, packed):  # find exactly which items are gone
+        try:
+            ray.get(p.tensors_ref)
+        except lost_errors:
+            lost.append(i)
+            producers.add(p.producer or "?")
+    raise PayloadLostError(
+        f"tensors owned by producer {', '.join(sorted(producers))} were lost: the producer died "
+        "before they were read", lost)
 
 
 class PayloadLostError(RuntimeError):
-    """An item's large tensors were lost with the producer process that held them."""
+    """Items' large tensors were lost with the producer process that held them.
+
+    Attributes:
+        lost: indices (within the batch) of the items that were lost.
+    """
+
+    def __init__(self, message: str, lost: list[int] | None = None):
+        super().__init__(message)
+        self.lost = list(lost or [])
+
+    def __reduce__(self):
+        return (PayloadLostError, (str(self), self.lost))

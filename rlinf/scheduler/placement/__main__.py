@@ -18,27 +18,15 @@ from typing import Mapping, Sequence
 
 import yaml
 
-from rlinf.scheduler.placement.builder import plan_placement
+from rlinf.scheduler.placement.builder import config_key, plan_placement
 from rlinf.scheduler.placement.grammar import PlacementError
 from rlinf.scheduler.placement.render import plan_to_json, render_grid
 from rlinf.scheduler.placement.shape import parse_cluster_shape
 
 _INT_TAG = "tag:yaml.org,2002:int"
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.1 safe loader without sexagesimal ints, so ``1:0`` stays the string ``'1:0'``."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != _INT_TAG]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    _INT_TAG,
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-    list("-+0123456789"),
-)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+#: The only ints the CLI reads: plain decimal (no ``+``, leading zero, ``_``, ``0x``, ``0b``, base 60).
+_DECIMAL = re.compile(r"^-?(?:0|[1-9][0-9]*)$")
 
 
 class CliError(Exception):
@@ -47,6 +35,66 @@ class CliError(Exception):
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def _child_key(path: str, key: object) -> str:
+    return config_key(path, key).removeprefix(".")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 safe loader that reads only plain decimal ints and rejects duplicate keys.
+
+    ``1:0`` stays the string ``'1:0'`` (not base-60 ``60``), and ``0x3``, ``010``, ``1_000`` stay
+    strings (not 3, 8, 1000), so errors name what the user wrote. A key given twice in one mapping
+    raises :class:`CliError` instead of keeping the last value.
+    """
+
+    def construct_document(self, node: yaml.Node) -> object:
+        self._check_unique_keys(node, "", set())
+        return super().construct_document(node)
+
+    def _check_unique_keys(self, node: yaml.Node, path: str, seen: set[int]) -> None:
+        if id(node) in seen:  # an alias: already checked (and maybe recursive)
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._check_unique_keys(item, f"{path}[{i}]", seen)
+        if not isinstance(node, yaml.MappingNode):
+            return
+        lines: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                self._check_unique_keys(value_node, path, seen)
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                where = path or f"top level of {self.name}"
+                at = f"twice on line {line}" if line == lines[key] else f"on lines {lines[key]} and {line}"
+                raise CliError(f"{where}: key {key!r} is given {at}; "
+                               "give each key once (YAML would silently keep the last)")
+            lines[key] = line
+            self._check_unique_keys(value_node, _child_key(path, key), seen)
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _INT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_INT_TAG, _DECIMAL, list("-0123456789"))
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one ``error:`` line (exit 2) like every other invalid input."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise CliError(f"{message}; {_one_line(self.format_usage())}")
+
+
+def _flag_int(text: str) -> int | str:
+    """A decimal flag value as an int; anything else as given, for the shape check to name."""
+    return int(text) if _DECIMAL.match(text) else text
 
 
 def _reject_interpolation(value: object, key: str) -> None:
@@ -86,14 +134,16 @@ def load_cluster(path: str) -> Mapping:
 
 def run(argv: Sequence[str] | None = None) -> str:
     """Parse ``argv``, plan the config and return the text to print; CliError/PlacementError on bad input."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m rlinf.scheduler.placement",
         description="Show where every component of a config runs (node x accelerator grid).",
     )
-    parser.add_argument("config", help="YAML file with a top-level cluster: mapping")
-    parser.add_argument("--nodes", type=int, help="number of nodes (overrides cluster.num_nodes)")
-    parser.add_argument("--accelerators-per-node", type=int,
-                        help="accelerators per node (overrides cluster.accelerators_per_node; default 8)")
+    parser.add_argument("config", metavar="CONFIG.yaml", help="YAML file with a top-level cluster: mapping")
+    parser.add_argument("--nodes", type=_flag_int, metavar="N",
+                        help="number of nodes (overrides cluster.num_nodes)")
+    parser.add_argument("--accelerators-per-node", type=_flag_int, metavar="M",
+                        help="accelerators per node (overrides cluster.accelerators_per_node; default 8, "
+                             "a planning assumption: at run time the count comes from the cluster)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     args = parser.parse_args(argv)
     cluster = load_cluster(args.config)
@@ -105,7 +155,8 @@ def run(argv: Sequence[str] | None = None) -> str:
     for name in sorted(checked):
         _reject_interpolation(cluster.get(name), f"cluster.{name}")
     shape = parse_cluster_shape(
-        cluster, num_nodes=args.nodes, accelerators_per_node=args.accelerators_per_node
+        cluster, num_nodes=args.nodes, accelerators_per_node=args.accelerators_per_node,
+        override_names={"num_nodes": "--nodes", "accelerators_per_node": "--accelerators-per-node"},
     )
     plan = plan_placement(cluster["component_placement"], shape)
     if args.json:

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping
 
-from rlinf.scheduler.placement.grammar import PlacementError, assign_processes, format_ranks, parse_placement
+from rlinf.scheduler.placement.grammar import PlacementError, assign_processes, parse_placement
 from rlinf.scheduler.placement.plan import (
     ClusterShape,
     ComponentPlacement,
@@ -16,6 +16,7 @@ from rlinf.scheduler.placement.plan import (
     PlacementPlan,
     ProcessPlacement,
 )
+from rlinf.scheduler.placement.text import describe_nodes, format_ranks, rank_range
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VALUE_KEYS = ("node_group", "placement")
@@ -34,23 +35,6 @@ def config_key(prefix: str, raw_key: object) -> str:
     return f"{prefix}[{raw_key!r}]"
 
 
-def describe_nodes(counts: list[int]) -> str:
-    """Summarise per-node accelerator counts, e.g. ``2 nodes x 8, 1 CPU-only node``.
-
-    >>> describe_nodes([8, 8, 4, 0])
-    '2 nodes x 8, 1 node x 4, 1 CPU-only node'
-    """
-    parts = []
-    for count, nodes in Counter(counts).items():
-        noun = "node" if nodes == 1 else "nodes"
-        parts.append(f"{nodes} CPU-only {noun}" if count == 0 else f"{nodes} {noun} x {count}")
-    return ", ".join(parts)
-
-
-def _rank_range(n: int) -> str:
-    return "0" if n == 1 else f"0-{n - 1}"
-
-
 @dataclass(frozen=True)
 class _Space:
     """The ranks a placement value counts in: rank ``i`` is ``slots[i] = (node, local id or None)``."""
@@ -67,15 +51,14 @@ class _Layout:
     def __init__(self, cluster: ClusterShape) -> None:
         self.cluster = cluster
         self.groups: dict[str, NodeGroup] = {g.label: g for g in cluster.node_groups}
-        self.counts = [cluster.accelerators_per_node] * cluster.num_nodes
         for group in cluster.node_groups:
             for node in group.node_ranks:
                 if not 0 <= node < cluster.num_nodes:
                     raise PlacementError(
                         "cluster.node_groups", str(node), f"node group {group.label!r} has node {node}",
-                        f"node ranks are {_rank_range(cluster.num_nodes)}",
+                        f"node ranks are {rank_range(cluster.num_nodes)}",
                     )
-                self.counts[node] = group.accelerators_per_node
+        self.counts = cluster.accelerator_counts()
         self.offsets = [0] * cluster.num_nodes
         total = 0
         for node, count in enumerate(self.counts):
@@ -93,7 +76,7 @@ class _Layout:
             ]
             desc = describe_nodes(self.counts)
             if slots:
-                allowed = f"valid accelerator ranks are {_rank_range(len(slots))} ({desc})"
+                allowed = f"valid accelerator ranks are {rank_range(len(slots))} ({desc})"
             else:
                 allowed = f"the cluster has no accelerators ({desc}); place on a CPU-only node group"
             space = _Space(slots, allowed, "accelerator rank", None)
@@ -108,13 +91,13 @@ class _Layout:
             if apn == 0:
                 slots = [(node, None) for node in group.node_ranks]
                 noun = "node" if len(slots) == 1 else "nodes"
-                allowed = (f"valid ranks of CPU-only node group {label!r} are {_rank_range(len(slots))} "
+                allowed = (f"valid ranks of CPU-only node group {label!r} are {rank_range(len(slots))} "
                            f"(one per node; {len(slots)} {noun})")
                 space = _Space(slots, allowed, "node rank", label)
             else:
                 slots = [(node, a) for node in group.node_ranks for a in range(apn)]
                 allowed = (f"valid accelerator ranks of node group {label!r} are "
-                           f"{_rank_range(len(slots))} ({describe_nodes([apn] * len(group.node_ranks))})")
+                           f"{rank_range(len(slots))} ({describe_nodes([apn] * len(group.node_ranks))})")
                 space = _Space(slots, allowed, "accelerator rank", label)
         self._spaces[label] = space
         return space

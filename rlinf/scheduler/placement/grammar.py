@@ -117,6 +117,9 @@ def _parse_int(text: str, *, key: str, token: str) -> int:
     if not _INT.fullmatch(t):
         problem = f"{t!r} in {token!r} is not a rank" if t else f"{token!r} is missing a number"
         raise PlacementError(key, token, problem, "ranks are non-negative integers")
+    if len(t) > 1 and t[0] == "0":
+        raise PlacementError(key, token, f"{t!r} in {token!r} has a leading zero",
+                             f"write ranks in decimal without leading zeros, e.g. {t.lstrip('0') or '0'!r}")
     if len(t) > _MAX_DIGITS:
         raise PlacementError(key, token, f"{t!r} in {token!r} is too large", "ranks have at most 9 digits")
     return int(t)
@@ -280,22 +283,3 @@ def assign_processes(
         )
     return [slots[p] for p in range(count)]
 
-
-def format_ranks(ranks: list[int] | tuple[int, ...]) -> str:
-    """Compact text for ascending ranks: runs of three or more become ``a-b``.
-
-    >>> format_ranks([0, 1, 2, 3, 5, 7, 8])
-    '0-3,5,7,8'
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        if j - i >= 2:
-            out.append(f"{ranks[i]}-{ranks[j]}")
-        else:
-            out.extend(str(r) for r in ranks[i:j + 1])
-        i = j + 1
-    return ",".join(out)

@@ -63,12 +63,33 @@ class ClusterShape:
     accelerators_per_node: int
     node_groups: tuple[NodeGroup, ...] = ()
 
-    def accelerators_on(self, node: int) -> int:
-        """Accelerator count of global node ``node`` (its group's count if it is in a group)."""
+    def accelerator_counts(self) -> tuple[int, ...]:
+        """Accelerator count of every node in node-rank order (a grouped node has its group's count).
+
+        Raises:
+            ValueError: a node group names a node outside ``0 .. num_nodes-1``.
+
+        >>> ClusterShape(3, 8, (NodeGroup("sim", (2,), 0),)).accelerator_counts()
+        (8, 8, 0)
+        """
+        counts = [self.accelerators_per_node] * self.num_nodes
         for group in self.node_groups:
-            if node in group.node_ranks:
-                return group.accelerators_per_node
-        return self.accelerators_per_node
+            for node in group.node_ranks:
+                if not 0 <= node < self.num_nodes:
+                    raise ValueError(f"node group {group.label!r} has node {node} "
+                                     f"but the cluster has {self.num_nodes} node(s)")
+                counts[node] = group.accelerators_per_node
+        return tuple(counts)
+
+    def accelerators_on(self, node: int) -> int:
+        """Accelerator count of global node ``node`` (its group's count if it is in a group).
+
+        Raises:
+            IndexError: ``node`` is not in ``0 .. num_nodes-1``.
+        """
+        if not 0 <= node < self.num_nodes:
+            raise IndexError(f"node {node} is out of range (num_nodes = {self.num_nodes})")
+        return self.accelerator_counts()[node]
 
 
 @dataclass(frozen=True)

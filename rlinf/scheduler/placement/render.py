@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from rlinf.scheduler.placement.builder import describe_nodes
-from rlinf.scheduler.placement.grammar import format_ranks
 from rlinf.scheduler.placement.plan import PlacementPlan
+from rlinf.scheduler.placement.text import describe_nodes, format_ranks
 
 _EMPTY = "-"
 
@@ -34,15 +33,12 @@ def plan_to_json(plan: PlacementPlan) -> dict:
     }
 
 
-def _node_counts(plan: PlacementPlan) -> tuple[list[int], list[str | None]]:
-    cluster = plan.cluster
-    counts = [cluster.accelerators_per_node] * cluster.num_nodes
-    labels: list[str | None] = [None] * cluster.num_nodes
-    for group in cluster.node_groups:
+def _node_labels(plan: PlacementPlan) -> list[str | None]:
+    labels: list[str | None] = [None] * plan.cluster.num_nodes
+    for group in plan.cluster.node_groups:
         for node in group.node_ranks:
-            counts[node] = group.accelerators_per_node
             labels[node] = group.label
-    return counts, labels
+    return labels
 
 
 def render_grid(plan: PlacementPlan) -> str:
@@ -63,7 +59,7 @@ def render_grid(plan: PlacementPlan) -> str:
       actor,reward    collocated
       rollout,reward  collocated
     """
-    counts, labels = _node_counts(plan)
+    counts, labels = plan.cluster.accelerator_counts(), _node_labels(plan)
     width = max(counts, default=0)
     has_cpu = any(c == 0 for c in counts)
     # cells[node][col] -> {component: [process ranks]}; column ``width`` is the cpu column.

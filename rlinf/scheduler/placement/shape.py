@@ -6,6 +6,7 @@ from typing import Mapping, Sequence
 
 from rlinf.scheduler.placement.grammar import PlacementError, parse_rank_list
 from rlinf.scheduler.placement.plan import ClusterShape, NodeGroup
+from rlinf.scheduler.placement.text import rank_range
 
 #: Accelerators per node when neither the config nor the caller says.
 DEFAULT_ACCELERATORS_PER_NODE = 8
@@ -23,9 +24,11 @@ def _int_setting(value: object, key: str, minimum: int) -> int:
     return value
 
 
-def _setting(cfg: Mapping, name: str, override: int | None, default: int, minimum: int) -> int:
+def _setting(
+    cfg: Mapping, name: str, override: int | None, default: int, minimum: int, names: Mapping[str, str]
+) -> int:
     if override is not None:
-        return _int_setting(override, f"{name} (override)", minimum)
+        return _int_setting(override, names.get(name, f"{name} (override)"), minimum)
     value = cfg.get(name)
     if value is None:
         return default
@@ -35,8 +38,7 @@ def _setting(cfg: Mapping, name: str, override: int | None, default: int, minimu
 def _node_ranks(
     value: object, key: str, num_nodes: int, owner: dict[int, str], label: str
 ) -> tuple[int, ...]:
-    valid = "0" if num_nodes == 1 else f"0-{num_nodes - 1}"
-    allowed = f"valid node ranks are {valid} (num_nodes = {num_nodes})"
+    allowed = f"valid node ranks are {rank_range(num_nodes)} (num_nodes = {num_nodes})"
     ranks: list[int] = []
     seen: dict[int, str] = {}
     for part in parse_rank_list(value, key):
@@ -88,7 +90,11 @@ def _node_groups(raw: object, num_nodes: int, default_apn: int) -> tuple[NodeGro
 
 
 def parse_cluster_shape(
-    cluster_cfg: Mapping, *, num_nodes: int | None = None, accelerators_per_node: int | None = None
+    cluster_cfg: Mapping,
+    *,
+    num_nodes: int | None = None,
+    accelerators_per_node: int | None = None,
+    override_names: Mapping[str, str] | None = None,
 ) -> ClusterShape:
     """Read ``num_nodes``, ``accelerators_per_node`` and ``node_groups`` from the ``cluster:`` mapping.
 
@@ -99,6 +105,8 @@ def parse_cluster_shape(
         cluster_cfg: the ``cluster:`` mapping of the config.
         num_nodes: overrides ``cluster.num_nodes`` when given.
         accelerators_per_node: overrides ``cluster.accelerators_per_node`` (not a group's own count).
+        override_names: how errors name an invalid override, by setting (e.g. ``{"num_nodes":
+            "--nodes"}`` in a CLI); default ``"<setting> (override)"``.
 
     Returns:
         The cluster shape.
@@ -114,8 +122,9 @@ def parse_cluster_shape(
     if not isinstance(cluster_cfg, Mapping):
         raise PlacementError("cluster", repr(cluster_cfg), f"{cluster_cfg!r} is not a mapping",
                              "cluster is a mapping with num_nodes, accelerators_per_node, node_groups")
-    nodes = _setting(cluster_cfg, "num_nodes", num_nodes, DEFAULT_NUM_NODES, 1)
+    names = override_names or {}
+    nodes = _setting(cluster_cfg, "num_nodes", num_nodes, DEFAULT_NUM_NODES, 1, names)
     apn = _setting(cluster_cfg, "accelerators_per_node", accelerators_per_node,
-                   DEFAULT_ACCELERATORS_PER_NODE, 0)
+                   DEFAULT_ACCELERATORS_PER_NODE, 0, names)
     groups = _node_groups(cluster_cfg.get("node_groups"), nodes, apn)
     return ClusterShape(num_nodes=nodes, accelerators_per_node=apn, node_groups=groups)
