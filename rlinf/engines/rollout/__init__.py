@@ -1,0 +1,1 @@
+"""Rollout engines: HF generate (``huggingface``), vLLM (``vllm``), SGLang (``sglang``, GPU only)."""

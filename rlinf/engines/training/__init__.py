@@ -1,0 +1,1 @@
+"""Training engines: FSDP2 (``fsdp``); Megatron arrives with its own issue."""
