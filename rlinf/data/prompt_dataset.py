@@ -1,0 +1,137 @@
+"""Prompt datasets for math RL: JSONL rows -> token ids, batches of prompts, resumable order.
+
+Example:
+    >>> rows = [{"prompt": f"{i}+1", "answer": str(i + 1)} for i in range(5)]
+    >>> ds = PromptDataset(rows, encode=lambda s: [ord(c) for c in s], max_prompt_length=8)
+    >>> loader = PromptLoader(ds, batch_size=2, shuffle=False, seed=0)
+    >>> [b.answers for b in loader.epoch_batches()]
+    [['1', '2'], ['3', '4']]
+    >>> loader.epoch, loader.position
+    (1, 0)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One dataset row: its index, prompt token ids and gold answer."""
+
+    index: int
+    token_ids: tuple[int, ...]
+    answer: str
+
+
+@dataclass(frozen=True)
+class PromptBatch:
+    """``batch_size`` prompts of one step (each is sampled ``group_size`` times by the rollout)."""
+
+    prompts: tuple[Prompt, ...]
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        return [list(p.token_ids) for p in self.prompts]
+
+    @property
+    def answers(self) -> list[str]:
+        return [p.answer for p in self.prompts]
+
+    @property
+    def indices(self) -> list[int]:
+        return [p.index for p in self.prompts]
+
+
+def read_jsonl(paths: Sequence[str], prompt_key: str, answer_key: str) -> list[dict]:
+    """All rows of ``paths``; a row lacking a key raises ``ValueError`` naming file and line."""
+    rows = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                for key in (prompt_key, answer_key):
+                    if key not in row:
+                        raise ValueError(f"{path}:{line_no}: row has no {key!r} key "
+                                         f"(data.prompt_key / data.answer_key)")
+                rows.append({"prompt": str(row[prompt_key]), "answer": str(row[answer_key])})
+    return rows
+
+
+class PromptDataset:
+    """Rows tokenised once; prompts longer than ``max_prompt_length`` tokens are dropped.
+
+    Args:
+        rows: dicts with ``prompt`` and ``answer``.
+        encode: text -> token ids (e.g. the tokenizer with its chat template applied).
+        max_prompt_length: longest prompt kept, in tokens.
+    """
+
+    def __init__(self, rows: Sequence[dict], encode: Callable[[str], list[int]], max_prompt_length: int):
+        self.prompts: list[Prompt] = []
+        self.dropped = 0
+        for i, row in enumerate(rows):
+            ids = tuple(encode(row["prompt"]))
+            if len(ids) > max_prompt_length:
+                self.dropped += 1
+                continue
+            self.prompts.append(Prompt(i, ids, row["answer"]))
+        if not self.prompts:
+            raise ValueError(f"no prompt fits data.max_prompt_length={max_prompt_length} "
+                             f"({self.dropped} dropped)")
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+class PromptLoader:
+    """Batches of a :class:`PromptDataset` in a seeded order; its position is checkpointable.
+
+    Each epoch is a fresh permutation from ``(seed, epoch)`` when ``shuffle``; the last partial
+    batch of an epoch is dropped (every step has the full batch size).
+    """
+
+    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int):
+        if batch_size > len(dataset):
+            raise ValueError(f"batch size {batch_size} exceeds the {len(dataset)} usable prompts")
+        self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
+        self.epoch = 0
+        self.position = 0  # batches already taken in the current epoch
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.dataset) // self.batch_size
+
+    def _order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.dataset)))
+        if self.shuffle:
+            random.Random(f"{self.seed}-{epoch}").shuffle(order)
+        return order
+
+    def next_batch(self) -> PromptBatch:
+        """The next batch, moving to the next epoch when this one is used up."""
+        if self.position >= self.batches_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        order = self._order(self.epoch)
+        start = self.position * self.batch_size
+        self.position += 1
+        return PromptBatch(tuple(self.dataset.prompts[i] for i in order[start:start + self.batch_size]))
+
+    def epoch_batches(self) -> Iterator[PromptBatch]:
+        """The remaining batches of the current epoch."""
+        while self.position < self.batches_per_epoch:
+            yield self.next_batch()
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["seed"] != self.seed:
+            raise ValueError(f"checkpoint data seed {state['seed']} != data.seed {self.seed}")
+        self.epoch, self.position = state["epoch"], state["position"]

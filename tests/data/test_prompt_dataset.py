@@ -1,0 +1,63 @@
+"""Prompt dataset and loader: filtering, seeded order, resume position, bad rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
+
+
+def encode(text):
+    return [ord(c) for c in text]
+
+
+def make(n=10, **kw):
+    rows = [{"prompt": "x" * (i % 4 + 1), "answer": str(i)} for i in range(n)]
+    return PromptDataset(rows, encode, **kw)
+
+
+def test_long_prompts_are_dropped_and_indices_kept():
+    ds = make(max_prompt_length=2)  # lengths cycle 1,2,3,4: keep 1 and 2
+    assert [p.index for p in ds.prompts] == [0, 1, 4, 5, 8, 9] and ds.dropped == 4
+    with pytest.raises(ValueError, match="no prompt fits data.max_prompt_length=0"):
+        make(max_prompt_length=0)
+
+
+def test_seeded_epochs_differ_and_cover_everything():
+    loader = PromptLoader(make(max_prompt_length=8), batch_size=3, shuffle=True, seed=7)
+    e0 = [i for b in loader.epoch_batches() for i in b.indices]
+    e1 = [i for b in loader.epoch_batches() for i in b.indices]
+    assert len(e0) == 9 and len(set(e0)) == 9  # 10 prompts, batch 3: last partial batch dropped
+    assert e0 != e1
+    again = PromptLoader(make(max_prompt_length=8), batch_size=3, shuffle=True, seed=7)
+    assert [i for b in again.epoch_batches() for i in b.indices] == e0
+
+
+def test_resume_continues_exactly():
+    full = PromptLoader(make(max_prompt_length=8), batch_size=3, shuffle=True, seed=1)
+    reference = [full.next_batch().indices for _ in range(7)]
+    first = PromptLoader(make(max_prompt_length=8), batch_size=3, shuffle=True, seed=1)
+    [first.next_batch() for _ in range(4)]
+    resumed = PromptLoader(make(max_prompt_length=8), batch_size=3, shuffle=True, seed=1)
+    resumed.load_state_dict(first.state_dict())
+    assert [resumed.next_batch().indices for _ in range(3)] == reference[4:]
+    with pytest.raises(ValueError, match="data seed 1 != data.seed 2"):
+        PromptLoader(make(max_prompt_length=8), 3, True, seed=2).load_state_dict(first.state_dict())
+
+
+def test_read_jsonl_names_file_and_line(tmp_path):
+    good = tmp_path / "a.jsonl"
+    good.write_text(json.dumps({"q": "1+1", "a": 2}) + "\n\n" + json.dumps({"q": "2+2", "a": 4}) + "\n")
+    assert read_jsonl([str(good)], "q", "a") == [{"prompt": "1+1", "answer": "2"},
+                                                 {"prompt": "2+2", "answer": "4"}]
+    bad = tmp_path / "b.jsonl"
+    bad.write_text(json.dumps({"q": "1+1"}) + "\n")
+    with pytest.raises(ValueError, match=r"b.jsonl:1: row has no 'a' key"):
+        read_jsonl([str(bad)], "q", "a")
+
+
+def test_batch_larger_than_dataset_is_an_error():
+    with pytest.raises(ValueError, match="batch size 20 exceeds the 10 usable prompts"):
+        PromptLoader(make(max_prompt_length=8), batch_size=20, shuffle=False, seed=0)
