@@ -1,0 +1,1 @@
+"""The actor: trains the policy with a training engine; objectives come from the config."""
