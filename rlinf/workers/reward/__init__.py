@@ -1,0 +1,1 @@
+"""Reward workers: score responses (rule-based math verification for now)."""
