@@ -1,0 +1,220 @@
+"""Helpers of :mod:`rlinf.engines.training.fsdp`: config translation (dtypes, device mesh,
+FSDP2 policies), batch movement, response log-probs, metric reduction and offloading."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor
+
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from rlinf.algorithms import entropy_from_logits
+from rlinf.config.actor import ActorConfig, FsdpConfig
+from rlinf.data.rollout_batch import RolloutBatch
+
+_DTYPES = {
+    "fp32": torch.float32, "float32": torch.float32,
+    "fp16": torch.float16, "float16": torch.float16,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+}
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """``"bf16"`` / ``"bfloat16"`` / ... -> ``torch.dtype``.
+
+    >>> parse_dtype("bf16"), parse_dtype("float32")
+    (torch.bfloat16, torch.float32)
+    """
+    try:
+        return _DTYPES[str(name).lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(_DTYPES)}") from None
+
+
+def build_mesh(device_type: str, world_size: int, sharding_strategy: str, fsdp_size: int) -> DeviceMesh:
+    """The data-parallel mesh for ``fully_shard``.
+
+    - ``no_shard``: 2-D ``(world, 1)`` mesh: every rank holds full replicas, gradients are
+      all-reduced (DDP-like, through FSDP2's HSDP path with a shard group of one).
+    - ``fsdp_size`` in (-1, world): 1-D mesh over the world (full sharding).
+    - otherwise: 2-D hybrid mesh ``(world // fsdp_size, fsdp_size)``: shard within groups of
+      ``fsdp_size`` consecutive ranks, replicate across groups (HSDP).
+    """
+    if sharding_strategy == "no_shard":
+        return init_device_mesh(device_type, (world_size, 1), mesh_dim_names=("replicate", "shard"))
+    if fsdp_size in (-1, world_size):
+        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
+    if fsdp_size < 1 or world_size % fsdp_size:
+        raise ValueError(f"actor.fsdp_config.fsdp_size={fsdp_size} must be -1 or a positive divisor "
+                         f"of the world size {world_size}")
+    return init_device_mesh(device_type, (world_size // fsdp_size, fsdp_size),
+                            mesh_dim_names=("replicate", "shard"))
+
+
+def check_config(cfg: ActorConfig, device: torch.device) -> None:
+    """Reject options this engine cannot run, before anything is loaded."""
+    fc = cfg.fsdp_config
+    if fc.use_liger_kernel and device.type != "cuda":
+        raise ValueError(f"actor.fsdp_config.use_liger_kernel=true needs a GPU (Liger kernels are Triton "
+                         f"GPU kernels); this engine runs on {device}. Set it to false on CPU.")
+    if fc.grad_scaler.enabled:
+        raise NotImplementedError("actor.fsdp_config.grad_scaler.enabled=true (fp16 loss scaling) is not "
+                                  "supported by the FSDP2 engine; use bf16 mixed precision instead")
+    if fc.strategy.lower() not in ("fsdp", "fsdp2"):
+        raise ValueError(f"actor.fsdp_config.strategy must be fsdp or fsdp2, got {fc.strategy!r}")
+
+
+def apply_liger(model: torch.nn.Module) -> None:
+    """Patch the model instance with Liger's Triton kernels (RoPE, RMSNorm, SwiGLU); the engine
+    computes log-probs from logits itself, so the fused cross-entropy is left off."""
+    try:
+        import liger_kernel.transformers as liger
+    except ImportError as exc:
+        raise ImportError("actor.fsdp_config.use_liger_kernel=true needs the liger-kernel package") from exc
+    model_type = model.config.model_type
+    patch = getattr(liger, f"apply_liger_kernel_to_{model_type}", None)
+    if patch is None:
+        raise ValueError(f"use_liger_kernel: Liger has no patch for model_type {model_type!r}")
+    patch(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=False,
+          model=model)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks (HF ``_no_split_modules`` classes, else ``model.model.layers``)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers and hasattr(getattr(model, "model", None), "layers"):
+        layers = list(model.model.layers)
+    if not layers:
+        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to shard")
+    return layers
+
+
+def shard_model(model: torch.nn.Module, fc: FsdpConfig, device: torch.device, world_size: int) -> DeviceMesh:
+    """``fully_shard`` every decoder layer, then the root (embeddings, final norm, LM head);
+    returns the mesh. See :mod:`rlinf.engines.training.fsdp` for what each key does."""
+    mesh = build_mesh(device.type, world_size, fc.sharding_strategy, fc.fsdp_size)
+    mp = fc.mixed_precision
+    kwargs = dict(
+        mesh=mesh,
+        reshard_after_forward=fc.reshard_after_forward and fc.sharding_strategy != "shard_grad_op",
+        mp_policy=MixedPrecisionPolicy(param_dtype=parse_dtype(mp.param_dtype),
+                                       reduce_dtype=parse_dtype(mp.reduce_dtype)),
+        offload_policy=(CPUOffloadPolicy(pin_memory=fc.offload_pin_memory)
+                        if fc.cpu_offload and device.type != "cpu" else OffloadPolicy()),
+    )
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return mesh
+
+
+def batch_to(batch: RolloutBatch, device: torch.device) -> RolloutBatch:
+    """A copy of ``batch`` whose tensor fields live on ``device``."""
+    changes = {f.name: getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)
+               if isinstance(getattr(batch, f.name), torch.Tensor)}
+    return dataclasses.replace(batch, **changes)
+
+
+def dummy_batch(pad_token_id: int) -> RolloutBatch:
+    """One sample, one prompt token, one masked response token: run by ranks that have fewer
+    micro-batches than others so that every rank joins the same number of FSDP collectives."""
+    return RolloutBatch.from_token_lists([[pad_token_id]], [[]], pad_token_id=pad_token_id)
+
+
+def response_logprobs(model: torch.nn.Module, batch: RolloutBatch, temperature: float,
+                      with_entropy: bool, autocast_dtype: torch.dtype | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Forward ``batch`` (already on the model's device) and return fp32 ``(logprobs [b, R],
+    entropy [b, R] or None)`` of the response tokens, 0 outside ``response_mask``.
+
+    Position ``P - 1 + t`` predicts response token ``t``; only the last ``R + 1`` positions go
+    through the LM head (``logits_to_keep``). Logits are divided by ``temperature`` first.
+    """
+    P, R = batch.prompt_ids.shape[1], batch.response_ids.shape[1]
+    if P < 1:
+        raise ValueError("the batch needs at least one prompt column (position P-1 predicts response token 0)")
+    input_ids, attention_mask, position_ids = batch.model_inputs()
+    with torch.autocast(input_ids.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    use_cache=False, logits_to_keep=R + 1)
+    logits = out.logits[:, :R].float() / temperature
+    mask = batch.response_mask.bool()
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    logp = torch.where(mask, logp, torch.zeros_like(logp))
+    entropy = None
+    if with_entropy:
+        entropy = entropy_from_logits(logits)
+        entropy = torch.where(mask, entropy, torch.zeros_like(entropy))
+    return logp, entropy
+
+
+def max_over_ranks(value: int, device: torch.device) -> int:
+    """``max`` of an int over all ranks (the value itself when not distributed)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.long, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def clip_grad_norm(model: torch.nn.Module, clip: float, device: torch.device) -> float:
+    """Total gradient 2-norm over all ranks (before clipping); scales the gradients to norm
+    ``clip`` when ``clip > 0``, the norm exceeds it and is finite."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params], norm_type=2.0)
+    if isinstance(norm, DTensor):  # partial norms; with cpu_offload they sit on the CPU
+        norm = norm.to(device).full_tensor()
+    value = float(norm.item())
+    if clip > 0 and math.isfinite(value):
+        torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
+    return value
+
+
+def to_float(value: Any) -> float:
+    return float(value.detach().float().item()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def reduce_metrics(sums: dict[str, float], counts: dict[str, int], loss_sum: float) -> dict[str, float]:
+    """Average every metric over all micro-batches of all ranks (a key missing on some ranks is
+    averaged over the micro-batches that reported it); ``loss`` is summed over ranks (each rank
+    holds its share of the token-weighted minibatch loss)."""
+    local = (sums, counts, loss_sum)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, local)
+    else:
+        gathered = [local]
+    total_s: dict[str, float] = {}
+    total_c: dict[str, int] = {}
+    for s, c, _ in gathered:
+        for k, v in s.items():
+            total_s[k] = total_s.get(k, 0.0) + v
+            total_c[k] = total_c.get(k, 0) + c[k]
+    out = {k: total_s[k] / total_c[k] for k in sorted(total_s)}
+    out["loss"] = sum(g[2] for g in gathered)
+    return out
+
+
+# ---- offloading (GPU only) ----------------------------------------------------------------------
+def move_grads(model: torch.nn.Module, device: torch.device | str) -> None:
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad = p.grad.to(device, non_blocking=True)
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device | str) -> None:
+    """Move every tensor of the optimizer state (Adam moments; the ``step`` counters of
+    non-capturable Adam stay on the CPU where they live) to ``device``."""
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and not (key == "step" and value.device.type == "cpu"):
+                state[key] = value.to(device, non_blocking=True)
