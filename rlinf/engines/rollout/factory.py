@@ -1,0 +1,49 @@
+"""``make_rollout_engine``: ``rollout.backend`` -> a :class:`RolloutEngine`.
+
+Example:
+    >>> from rlinf.config.rollout import RolloutConfig
+    >>> make_rollout_engine("tensorrt", "/nowhere", RolloutConfig())
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: rollout.backend: unknown rollout backend 'tensorrt'; allowed: huggingface, vllm, sglang
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlinf.engines.rollout.base import RolloutEngine
+from rlinf.utils.typed_config import ConfigError
+
+BACKENDS = ("huggingface", "vllm", "sglang")
+
+
+def make_rollout_engine(backend: str, model_path: str, rollout_cfg: Any = None, **kw: Any) -> RolloutEngine:
+    """Build the engine named by ``rollout.backend`` for ``model_path``.
+
+    ``rollout_cfg`` (a :class:`~rlinf.config.rollout.RolloutConfig`, default: its defaults) supplies
+    the engine knobs that apply to the backend; ``kw`` are passed to the engine constructor and
+    win over them (e.g. ``device`` / ``dtype`` / ``max_batch_size`` for huggingface, ``dtype`` /
+    ``max_model_len`` / ``engine_kwargs`` for vllm).
+    """
+    if backend not in BACKENDS:
+        # ConfigError is a ValueError whose message starts with the key path.
+        raise ConfigError("rollout.backend", f"unknown rollout backend {backend!r}; "
+                                             f"allowed: {', '.join(BACKENDS)}")
+    if rollout_cfg is None:
+        from rlinf.config.rollout import RolloutConfig
+
+        rollout_cfg = RolloutConfig(backend=backend)
+    if backend == "huggingface":
+        from rlinf.engines.rollout.hf import HFRolloutEngine
+
+        args: dict[str, Any] = dict(eos_token_id=rollout_cfg.eos, pad_token_id=rollout_cfg.padding)
+        args.update(kw)
+        return HFRolloutEngine(model_path, **args)
+    if backend == "vllm":
+        from rlinf.engines.rollout.vllm_engine import VLLMRolloutEngine
+
+        return VLLMRolloutEngine.from_config(model_path, rollout_cfg, **kw)
+    from rlinf.engines.rollout.sglang_engine import SGLangRolloutEngine
+
+    return SGLangRolloutEngine.from_config(model_path, rollout_cfg, **kw)

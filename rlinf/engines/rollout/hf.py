@@ -1,0 +1,237 @@
+"""``rollout.backend: huggingface`` — batched ``transformers`` ``generate`` as a rollout engine.
+
+Prompts are left-padded and generated in chunks of ``max_batch_size`` sequences. The engine owns
+the sampling pipeline: it replaces the checkpoint's ``generation_config`` by a bare one (only the
+EOS / pad ids), so nothing from ``generation_config.json`` (a default top_k of 50, a repetition
+penalty, ...) changes sampling behind the caller's back, and passes its own logits processors in
+this order::
+
+    [record raw log-probs] -> repetition penalty -> min-new-tokens EOS mask
+        -> temperature -> top-k -> top-p -> sample (or argmax when greedy)
+
+The first processor sees the raw float32 logits of each step and records
+``log_softmax(z / T)`` of the token that is then chosen, which is the log-prob definition of
+:mod:`rlinf.engines.rollout._common` (no penalty, no truncation). Only one step of full-vocab
+log-probs is kept alive at a time.
+
+Example (a tiny random model; real use passes a checkpoint folder)::
+
+    engine = HFRolloutEngine("/path/to/hf_model", max_batch_size=32)
+    gens = engine.generate([[1, 2, 3]], SamplingParams(max_new_tokens=16), n=4, seed=0)
+    engine.load_weights(actor.named_parameters())  # in place, strict names
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Iterable
+
+import torch
+
+from rlinf.config.algorithm import SamplingParams
+from rlinf.engines.rollout._common import (
+    check_named_tensors,
+    check_prompts,
+    effective_top_k,
+    eos_id_list,
+    logprob_temperature,
+    parameter_layout,
+)
+from rlinf.engines.rollout.base import Generation, RolloutEngine
+
+
+class _RawLogprobRecorder:
+    """Logits processor placed first: records ``log_softmax(raw / T)[chosen token]`` per step.
+
+    At step ``t`` it receives ``input_ids`` whose last column is the token chosen at step ``t-1``,
+    so it gathers that token from the distribution it stored one step earlier; :meth:`finish`
+    gathers the last step from the final sequences.
+    """
+
+    def __init__(self, prompt_len: int, temperature: float):
+        self.prompt_len = prompt_len
+        self.temperature = temperature
+        self.pending: torch.Tensor | None = None  # [b, V] log-probs of the step not yet resolved
+        self.steps: list[torch.Tensor] = []  # [b] per generated token
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.pending is not None:
+            self.steps.append(self.pending.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """``[b, S]`` log-probs of the ``S`` generated tokens of ``sequences`` (prompt + response)."""
+        if self.pending is not None:
+            self.steps.append(self.pending.gather(-1, sequences[:, -1:]).squeeze(-1))
+            self.pending = None
+        if not self.steps:
+            return torch.zeros((sequences.shape[0], 0))
+        return torch.stack(self.steps, dim=1)
+
+
+class HFRolloutEngine(RolloutEngine):
+    """Rollout with ``AutoModelForCausalLM.generate``.
+
+    Args:
+        model_path: local HF model folder.
+        device: ``cuda`` / ``cpu`` / a torch device; default: CUDA when available.
+        dtype: torch dtype or its name; default: float32 on CPU, bfloat16 on GPU.
+        max_batch_size: sequences per ``generate`` call (prompts x n are chunked).
+        eos_token_id: override (int or list); default: the checkpoint's generation / model config.
+        pad_token_id: override; default: the checkpoint's pad id, else the first EOS id, else 0.
+    """
+
+    def __init__(self, model_path: str, *, device: str | torch.device | None = None,
+                 dtype: torch.dtype | str | None = None, max_batch_size: int = 64,
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None):
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.device = torch.device(device if device is not None else
+                                   ("cuda" if torch.cuda.is_available() else "cpu"))
+        if dtype is None:
+            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        elif isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        self.dtype = dtype
+        self.max_batch_size = max_batch_size
+
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        model.to(self.device).eval()
+        self.model = model
+
+        if eos_token_id is None:
+            eos_token_id = getattr(model.generation_config, "eos_token_id", None)
+            if eos_token_id is None:
+                eos_token_id = getattr(model.config, "eos_token_id", None)
+        self.eos_token_ids = eos_id_list(eos_token_id)
+        if pad_token_id is None:
+            pad_token_id = getattr(model.generation_config, "pad_token_id", None)
+            if pad_token_id is None:
+                pad_token_id = getattr(model.config, "pad_token_id", None)
+        if pad_token_id is None:
+            pad_token_id = self.eos_token_ids[0] if self.eos_token_ids else 0
+        self.pad_token_id = int(pad_token_id)
+        # The engine owns sampling: drop whatever the checkpoint's generation_config.json sets.
+        model.generation_config = GenerationConfig(
+            eos_token_id=self.eos_token_ids or None, pad_token_id=self.pad_token_id,
+            bos_token_id=getattr(model.config, "bos_token_id", None))
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self._shapes, self._groups = parameter_layout(model)
+
+    # ---- generation -----------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
+                 seed: int | None = None) -> list[Generation]:
+        check_prompts(prompts, n)
+        expanded = [(i, list(p)) for i, p in enumerate(prompts) for _ in range(n)]
+        out: list[Generation] = []
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            for start in range(0, len(expanded), self.max_batch_size):
+                out.extend(self._generate_chunk(expanded[start:start + self.max_batch_size], sampling))
+        return out
+
+    def _processors(self, sampling: SamplingParams, prompt_len: int, recorder: _RawLogprobRecorder):
+        from transformers import (
+            LogitsProcessorList,
+            MinNewTokensLengthLogitsProcessor,
+            RepetitionPenaltyLogitsProcessor,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        procs = LogitsProcessorList([recorder])
+        if sampling.repetition_penalty != 1.0:
+            procs.append(RepetitionPenaltyLogitsProcessor(penalty=float(sampling.repetition_penalty)))
+        if sampling.min_new_tokens > 0 and self.eos_token_ids:
+            procs.append(MinNewTokensLengthLogitsProcessor(
+                prompt_length_to_skip=prompt_len, min_new_tokens=int(sampling.min_new_tokens),
+                eos_token_id=self.eos_token_ids, device=str(self.device)))
+        if sampling.do_sample:
+            if sampling.temperature != 1.0:
+                procs.append(TemperatureLogitsWarper(float(sampling.temperature)))
+            top_k = effective_top_k(sampling.top_k, self.vocab_size)
+            if top_k is not None:
+                procs.append(TopKLogitsWarper(top_k=top_k))
+            if sampling.top_p < 1.0:
+                procs.append(TopPLogitsWarper(top_p=float(sampling.top_p)))
+        return procs
+
+    @torch.no_grad()
+    def _generate_chunk(self, items: list[tuple[int, list[int]]],
+                        sampling: SamplingParams) -> list[Generation]:
+        from transformers import GenerationConfig
+
+        b = len(items)
+        prompt_len = max(len(p) for _, p in items)
+        input_ids = torch.full((b, prompt_len), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((b, prompt_len), dtype=torch.long)
+        for row, (_, p) in enumerate(items):
+            input_ids[row, prompt_len - len(p):] = torch.as_tensor(p, dtype=torch.long)
+            attention_mask[row, prompt_len - len(p):] = 1
+        recorder = _RawLogprobRecorder(prompt_len, logprob_temperature(sampling))
+        # Every knob that would make generate build its own processors is neutral here: ours above
+        # do the work (and in our order, behind the recorder). top_k=0 disables HF's default of 50
+        # (only read when sampling; set for greedy it just triggers a warning).
+        gen_cfg = GenerationConfig(
+            do_sample=bool(sampling.do_sample), max_new_tokens=int(sampling.max_new_tokens),
+            min_new_tokens=0, temperature=1.0, top_k=0 if sampling.do_sample else None, top_p=1.0,
+            repetition_penalty=1.0,
+            num_beams=1, num_return_sequences=1, eos_token_id=self.eos_token_ids or None,
+            pad_token_id=self.pad_token_id, return_dict_in_generate=False, use_cache=True)
+        sequences = self.model.generate(
+            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
+            generation_config=gen_cfg, logits_processor=self._processors(sampling, prompt_len, recorder))
+        logprobs = recorder.finish(sequences).cpu()
+        responses = sequences[:, prompt_len:].cpu()
+        eos = set(self.eos_token_ids)
+        out = []
+        for row, (prompt_index, _) in enumerate(items):
+            tokens = responses[row].tolist()
+            finish = "length"
+            for j, tok in enumerate(tokens):
+                if tok in eos:
+                    tokens, finish = tokens[: j + 1], "stop"
+                    break
+            out.append(Generation(prompt_index=prompt_index, token_ids=tokens,
+                                  logprobs=logprobs[row, : len(tokens)].tolist(), finish_reason=finish))
+        return out
+
+    # ---- weights --------------------------------------------------------------------------------
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy ``named_tensors`` (HF names) into the model's parameters / persistent buffers in place.
+
+        Strict and all-or-nothing: every name and shape is checked before anything is copied; an
+        unknown name or a parameter left without a value raises ``KeyError`` naming it, a shape
+        mismatch ``ValueError``. Tied weights (``lm_head.weight`` sharing the embedding) are one
+        storage: either name fills it. Values are cast to the model's dtype and device.
+        """
+        targets = self.model.state_dict(keep_vars=True)
+        items = check_named_tensors(named_tensors, self._shapes, self._groups)
+        with torch.no_grad():
+            for name, value in items:
+                target = targets[name]
+                target.copy_(value.detach().to(device=target.device, dtype=target.dtype))
+
+    # ---- memory ---------------------------------------------------------------------------------
+    def offload(self) -> None:
+        """Move the model to CPU and free the GPU cache (no-op on a CPU engine)."""
+        if self.device.type == "cuda":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Move the model back to its GPU (no-op on a CPU engine)."""
+        if self.device.type == "cuda":
+            self.model.to(self.device)
+
+    def close(self) -> None:
+        self.model = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

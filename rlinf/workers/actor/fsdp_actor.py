@@ -1,0 +1,77 @@
+"""The FSDP2 actor worker: log-probs, policy updates, weight sync to rollout, checkpoints."""
+
+from __future__ import annotations
+
+import torch
+
+from rlinf.config.actor import ActorConfig
+from rlinf.config.algorithm import AlgorithmConfig
+from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.engines.training.fsdp import FSDPEngine
+from rlinf.scheduler import Worker
+from rlinf.workers.actor.objectives import make_loss_fn
+from rlinf.workers.actor.sharding import micro_batches
+
+#: The tensor link name the actor's rank 0 sends weights on (rollout ranks receive on it).
+WEIGHT_LINK = "actor_to_rollout"
+
+
+class FSDPActorWorker(Worker):
+    """One rank of the actor group. Data-parallel over the group with FSDP2.
+
+    Args:
+        model_path: HF folder the policy starts from.
+        actor: ``actor:`` section.
+        algorithm: ``algorithm:`` section (loss, micro-batch sizes, sampling temperature).
+        total_steps: training steps planned (for the LR schedule).
+        max_tokens_per_mbs: token budget of a micro-batch when packing (None = fixed size).
+    """
+
+    def __init__(self, model_path: str, actor: ActorConfig, algorithm: AlgorithmConfig,
+                 total_steps: int, max_tokens_per_mbs: int | None = None):
+        torch.manual_seed(actor.seed)
+        self.init_process_group()
+        self.algorithm = algorithm
+        self.max_tokens_per_mbs = max_tokens_per_mbs
+        self.engine = FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
+                                 total_steps=total_steps, train_entropy=algorithm.calculate_entropy
+                                 or algorithm.entropy_bonus > 0)
+        self.loss_fn = make_loss_fn(algorithm)
+        self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
+
+    def compute_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
+        """Log-probs ``[b, R]`` of this rank's shard under the current weights."""
+        logprobs, _ = self.engine.compute_logprobs(shard, self.algorithm.logprob_forward_micro_batch_size)
+        return logprobs
+
+    def update(self, shard: RolloutBatch, minibatch_tokens: list[int]) -> dict[str, float]:
+        """``n_minibatches`` optimizer steps over this rank's shard; metrics of the last one
+        plus the means of all of them."""
+        chunks = shard.split(self.algorithm.n_minibatches)
+        history: list[dict[str, float]] = []
+        for chunk, tokens in zip(chunks, minibatch_tokens):
+            mbs = micro_batches(chunk, self.algorithm.training_batch_size_per_gpu, self.max_tokens_per_mbs)
+            history.append(self.engine.train_minibatch(mbs, self.loss_fn, max(tokens, 1)))
+        keys = history[0].keys() if history else []
+        return {f"actor/{k}": sum(h[k] for h in history) / len(history) for k in keys}
+
+    def send_weights(self) -> int:
+        """Gather the full weights and (rank 0) send them over the weight link; returns bytes."""
+        state = self.engine.full_state_dict()
+        return self.send_tensors(WEIGHT_LINK, state) if self.rank == 0 else 0
+
+    def save_checkpoint(self, path: str) -> None:
+        self.engine.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        self.engine.load_checkpoint(path)
+
+    def export_hf(self, path: str) -> None:
+        self.engine.export_hf(path)
+
+    def offload(self) -> None:
+        weights, grads, optimizer = self.offload_flags
+        self.engine.offload(weights=weights, grads=grads, optimizer=optimizer)
+
+    def onload(self) -> None:
+        self.engine.onload()

@@ -1,0 +1,201 @@
+"""HFRolloutEngine on a tiny random Qwen2 (CPU): greedy parity with ``model.generate``, the log-prob
+definition (log_softmax(raw_logits / T) of the sampled token), n / ordering, EOS, seeds,
+min_new_tokens, in-place weight loading, and the factory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlinf.config.algorithm import SamplingParams
+from rlinf.config.rollout import RolloutConfig
+from rlinf.engines.rollout.factory import make_rollout_engine
+from rlinf.engines.rollout.hf import HFRolloutEngine
+
+VOCAB = 512
+EOS = 3
+
+
+def _tiny_model(seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      tie_word_embeddings=True, eos_token_id=EOS, bos_token_id=1, pad_token_id=0,
+                      initializer_range=0.3)  # peaky logits: no near-ties between batched / unbatched
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_qwen2")
+    model = _tiny_model()
+    model.save_pretrained(path)
+    return str(path), model
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    return HFRolloutEngine(tiny[0], max_batch_size=64)
+
+
+PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [200, 201], [42, 43, 44, 45]]
+
+
+def _reference_logprobs(model, prompt, response, temperature):
+    """What the actor recomputes: log_softmax(logits / T) of each response token."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1:-1].float()
+    return torch.log_softmax(logits / temperature, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+def _hf_greedy(model, prompt, max_new_tokens):
+    out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                         do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=EOS, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def test_greedy_matches_model_generate(tiny, engine):
+    _, model = tiny
+    sp = SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=0)
+    gens = engine.generate(PROMPTS, sp)
+    for g in gens:
+        want = _hf_greedy(model, PROMPTS[g.prompt_index], 10)
+        if EOS in want:
+            want = want[: want.index(EOS) + 1]
+        assert g.token_ids == want
+        assert len(g.logprobs) == len(g.token_ids)
+        ref = _reference_logprobs(model, PROMPTS[g.prompt_index], g.token_ids, 1.0)
+        assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-4)
+
+
+def test_chunking_does_not_change_greedy(tiny, engine):
+    small = HFRolloutEngine(tiny[0], max_batch_size=2)
+    sp = SamplingParams(do_sample=False, max_new_tokens=6, min_new_tokens=0)
+    assert [g.token_ids for g in small.generate(PROMPTS, sp, n=2)] == \
+        [g.token_ids for g in engine.generate(PROMPTS, sp, n=2)]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p,rep", [(1.0, -1, 1.0, 1.0), (0.7, 20, 0.9, 1.2)])
+def test_sampled_logprobs_match_recompute(tiny, engine, temperature, top_k, top_p, rep):
+    _, model = tiny
+    sp = SamplingParams(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p,
+                        repetition_penalty=rep, max_new_tokens=12, min_new_tokens=2)
+    gens = engine.generate(PROMPTS, sp, n=3, seed=7)
+    for g in gens:
+        assert len(g.logprobs) == len(g.token_ids) >= 2
+        ref = _reference_logprobs(model, PROMPTS[g.prompt_index], g.token_ids, temperature)
+        assert (torch.tensor(g.logprobs) - ref).abs().max().item() < 1e-4
+
+
+def test_n_samples_prompt_major(engine):
+    sp = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=8, min_new_tokens=8)
+    gens = engine.generate(PROMPTS, sp, n=4, seed=1)
+    assert [g.prompt_index for g in gens] == [0] * 4 + [1] * 4 + [2] * 4
+    for i in range(len(PROMPTS)):
+        group = [tuple(g.token_ids) for g in gens[4 * i: 4 * i + 4]]
+        assert len(set(group)) > 1, "samples of one prompt should differ"
+
+
+def test_eos_stops_and_is_kept(tiny, engine):
+    path, _ = tiny
+    sp = SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=0)
+    free = engine.generate([PROMPTS[0]], sp)[0].token_ids
+    # Make the 4th greedy token (first occurrence) the EOS id: generation must stop right there.
+    k = next(i for i in range(3, len(free)) if free[i] not in free[:i])
+    stopper = HFRolloutEngine(path, eos_token_id=free[k])
+    gens = stopper.generate([PROMPTS[0], PROMPTS[1]], sp)
+    assert gens[0].token_ids == free[: k + 1] and gens[0].finish_reason == "stop"
+    assert len(gens[0].logprobs) == k + 1
+    if free[k] not in engine.generate([PROMPTS[1]], sp)[0].token_ids:
+        assert gens[1].finish_reason == "length" and len(gens[1].token_ids) == 10
+
+
+def test_min_new_tokens_blocks_early_eos(tiny, engine):
+    path, _ = tiny
+    def greedy(min_new):
+        return SamplingParams(do_sample=False, max_new_tokens=6, min_new_tokens=min_new)
+
+    first = engine.generate([PROMPTS[2]], greedy(0))[0]
+    stopper = HFRolloutEngine(path, eos_token_id=first.token_ids[0])
+    now = stopper.generate([PROMPTS[2]], greedy(0))[0]
+    assert now.token_ids == first.token_ids[:1] and now.finish_reason == "stop"
+    held = stopper.generate([PROMPTS[2]], greedy(3))[0]
+    assert len(held.token_ids) >= 3 and first.token_ids[0] not in held.token_ids[:3]
+
+
+def test_seed_reproducible(engine):
+    sp = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=8, min_new_tokens=8)
+    a = [g.token_ids for g in engine.generate(PROMPTS, sp, n=2, seed=123)]
+    b = [g.token_ids for g in engine.generate(PROMPTS, sp, n=2, seed=123)]
+    c = [g.token_ids for g in engine.generate(PROMPTS, sp, n=2, seed=124)]
+    assert a == b and a != c
+
+
+def test_top_k_disabled_values_agree(engine):
+    base = dict(do_sample=True, temperature=1.0, max_new_tokens=6, min_new_tokens=6)
+    runs = [[g.token_ids for g in engine.generate(PROMPTS, SamplingParams(top_k=k, **base), seed=5)]
+            for k in (0, -1, VOCAB, 1000000)]
+    assert all(r == runs[0] for r in runs)
+    top1 = engine.generate(PROMPTS, SamplingParams(top_k=1, **base), seed=5)
+    greedy = engine.generate(PROMPTS, SamplingParams(do_sample=False, max_new_tokens=6, min_new_tokens=6))
+    assert [g.token_ids for g in top1] == [g.token_ids for g in greedy]
+
+
+def test_load_weights_in_place(tiny):
+    path, model = tiny
+    eng = HFRolloutEngine(path)
+    sp = SamplingParams(do_sample=False, max_new_tokens=8, min_new_tokens=0)
+    before = [g.token_ids for g in eng.generate(PROMPTS, sp)]
+    new = _tiny_model(seed=1)
+    params_before = {n: p for n, p in eng.model.named_parameters()}
+    eng.load_weights(new.state_dict().items())  # includes the tied lm_head.weight
+    assert all(p is params_before[n] for n, p in eng.model.named_parameters()), "must copy in place"
+    after = [g.token_ids for g in eng.generate(PROMPTS, sp)]
+    assert after != before
+    for g, toks in zip(eng.generate(PROMPTS, sp), after):
+        want = _hf_greedy(new, PROMPTS[g.prompt_index], 8)
+        assert toks == (want[: want.index(EOS) + 1] if EOS in want else want)
+    # Without the tied alias it is just as complete.
+    eng.load_weights((n, p) for n, p in model.named_parameters())
+    assert [g.token_ids for g in eng.generate(PROMPTS, sp)] == before
+
+
+def test_load_weights_strict(tiny):
+    path, model = tiny
+    eng = HFRolloutEngine(path)
+    good = dict(model.state_dict())
+    with pytest.raises(KeyError, match="model.layers.9.bogus"):
+        eng.load_weights(list(good.items()) + [("model.layers.9.bogus", torch.zeros(1))])
+    missing = {k: v for k, v in good.items() if k != "model.norm.weight"}
+    with pytest.raises(KeyError, match="model.norm.weight"):
+        eng.load_weights(missing.items())
+    bad = dict(good, **{"model.norm.weight": torch.zeros(3)})
+    with pytest.raises(ValueError, match="model.norm.weight"):
+        eng.load_weights(bad.items())
+    # nothing was written by the failed calls
+    assert torch.equal(eng.model.model.norm.weight, model.model.norm.weight)
+
+
+def test_offload_onload_noop_on_cpu(engine):
+    engine.offload()
+    engine.onload()
+    assert next(engine.model.parameters()).device.type == "cpu"
+
+
+def test_factory(tiny):
+    from rlinf.utils.typed_config import ConfigError
+
+    with pytest.raises(ValueError, match=r"rollout\.backend.*huggingface, vllm, sglang"):
+        make_rollout_engine("trt", tiny[0], RolloutConfig())
+    with pytest.raises(ConfigError):
+        make_rollout_engine("trt", tiny[0], RolloutConfig())
+    eng = make_rollout_engine("huggingface", tiny[0], RolloutConfig(eos=5), max_batch_size=4)
+    assert isinstance(eng, HFRolloutEngine) and eng.eos_token_ids == [5] and eng.max_batch_size == 4
+
+
+def test_rejects_empty_prompt(engine):
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        engine.generate([[1], []], SamplingParams())
