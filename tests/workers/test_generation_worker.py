@@ -40,3 +40,10 @@ def test_generate_builds_group_major_batch(tmp_path):
     assert batch.texts[0] == worker.tokenizer.decode(
         batch.response_ids[0][batch.response_mask[0] == 1].tolist(), skip_special_tokens=True)
     assert batch.policy_version == 0
+
+
+def test_the_saved_tokenizer_is_loaded_not_the_model_types(tmp_path):
+    from rlinf.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_with_tokenizer(tmp_path))
+    assert tok("w5 w6")["input_ids"] == [5, 6]  # AutoTokenizer would give a Qwen2Tokenizer: []

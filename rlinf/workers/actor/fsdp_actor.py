@@ -38,10 +38,21 @@ class FSDPActorWorker(Worker):
                                  or algorithm.entropy_bonus > 0)
         self.loss_fn = make_loss_fn(algorithm)
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
+        # KL needs the initial policy: a frozen, sharded copy on the same ranks.
+        self.reference = (FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
+                                     total_steps=total_steps, train_entropy=False)
+                          if algorithm.kl_beta > 0 else None)
 
     def compute_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs ``[b, R]`` of this rank's shard under the current weights."""
         logprobs, _ = self.engine.compute_logprobs(shard, self.algorithm.logprob_forward_micro_batch_size)
+        return logprobs
+
+    def compute_ref_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
+        """Log-probs ``[b, R]`` under the frozen initial policy (needs ``kl_beta > 0``)."""
+        if self.reference is None:
+            raise RuntimeError("reference log-probs need algorithm.kl_beta > 0")
+        logprobs, _ = self.reference.compute_logprobs(shard, self.algorithm.logprob_forward_micro_batch_size)
         return logprobs
 
     def update(self, shard: RolloutBatch, minibatch_tokens: list[int]) -> dict[str, float]:

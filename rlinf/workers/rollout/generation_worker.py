@@ -15,6 +15,7 @@ from rlinf.config.algorithm import SamplingParams
 from rlinf.config.rollout import RolloutConfig
 from rlinf.data.prompt_dataset import PromptBatch
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.data.tokenizer import load_tokenizer
 from rlinf.engines.rollout.factory import make_rollout_engine
 from rlinf.scheduler import Worker
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
@@ -29,9 +30,7 @@ class GenerationWorker(Worker):
     """
 
     def __init__(self, model_path: str, cfg: RolloutConfig):
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = load_tokenizer(model_path)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.engine = make_rollout_engine(cfg.backend, model_path, cfg)
@@ -40,6 +39,9 @@ class GenerationWorker(Worker):
     def generate(self, prompts: PromptBatch, sampling: SamplingParams, n: int,
                  seed: int | None = None) -> RolloutBatch:
         """``n`` responses per prompt, group-major, with behaviour log-probs and decoded text."""
+        if not prompts.prompts:  # an empty shard (more ranks than prompts)
+            return RolloutBatch.from_token_lists([], [], self.pad_token_id, group_size=n,
+                                                 policy_version=self.policy_version)
         gens = self.engine.generate(prompts.token_ids, sampling, n=n, seed=seed)
         prompt_ids, responses, logprobs, texts, reasons, answers, groups = [], [], [], [], [], [], []
         for g in gens:

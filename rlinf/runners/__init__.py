@@ -1,0 +1,1 @@
+"""Training loops (layer 5). Each reads like the algorithm box of its paper."""

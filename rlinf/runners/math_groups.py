@@ -1,0 +1,47 @@
+"""Launch the worker groups of a math run from its config and placement plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlinf.config.math import MathConfig
+from rlinf.scheduler import Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
+from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
+from rlinf.workers.reward.math_reward_worker import MathRewardWorker
+from rlinf.workers.rollout.generation_worker import GenerationWorker
+
+
+@dataclass
+class MathGroups:
+    """The launched groups; ``reward`` is a local worker object when no reward group is placed."""
+
+    actor: WorkerGroup
+    rollout: WorkerGroup
+    reward: WorkerGroup | MathRewardWorker
+    actor_rollout_mode: Mode
+
+    def shutdown(self) -> None:
+        for group in (self.actor, self.rollout, self.reward):
+            if isinstance(group, WorkerGroup):
+                group.shutdown()
+            else:
+                group.close()
+
+
+def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, total_steps: int) -> MathGroups:
+    """Start actor, rollout and reward groups where the plan puts them; link actor -> rollout."""
+    max_tokens = cfg.runner.max_tokens_per_mbs if cfg.runner.enable_dynamic_batch_size else None
+    actor = WorkerGroup.launch(cluster, FSDPActorWorker, plan.component("actor"), name="actor",
+                               args=(cfg.model_path, cfg.actor, cfg.algorithm, total_steps, max_tokens))
+    rollout_model = cfg.rollout.model.model_path or cfg.model_path
+    rollout = WorkerGroup.launch(cluster, GenerationWorker, plan.component("rollout"), name="rollout",
+                                 args=(rollout_model, cfg.rollout))
+    overlong = (cfg.algorithm.sampling_params.max_new_tokens, cfg.algorithm.overlong_buffer_len,
+                cfg.algorithm.overlong_penalty_factor)
+    if "reward" in plan.components:
+        reward = WorkerGroup.launch(cluster, MathRewardWorker, plan.component("reward"), name="reward",
+                                    args=(cfg.reward, *overlong))
+    else:
+        reward = MathRewardWorker(cfg.reward, *overlong)
+    TensorLink.connect(WEIGHT_LINK, actor, 0, rollout)
+    return MathGroups(actor, rollout, reward, plan.mode("actor", "rollout"))
