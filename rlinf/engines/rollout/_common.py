@@ -60,6 +60,22 @@ def eos_id_list(value: Any) -> list[int]:
     return [int(value)]
 
 
+def model_eos_ids(model_path: str, override: Any = None) -> list[int]:
+    """EOS ids of an HF folder: ``override`` if given, else its generation config's, else its
+    model config's."""
+    eos = override
+    if eos is None:
+        from transformers import AutoConfig, GenerationConfig
+
+        try:
+            eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        except OSError:
+            eos = None
+        if eos is None:
+            eos = getattr(AutoConfig.from_pretrained(model_path), "eos_token_id", None)
+    return eos_id_list(eos)
+
+
 def parameter_layout(model: Any) -> tuple[dict[str, tuple[int, ...]], list[list[str]]]:
     """Names -> shapes of a module's parameters and persistent buffers, plus the groups of names
     that share one tensor (tied embeddings: ``model.embed_tokens.weight`` and ``lm_head.weight``)."""

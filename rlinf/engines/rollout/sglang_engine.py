@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import torch
 
 from rlinf.config.algorithm import SamplingParams
-from rlinf.engines.rollout._common import check_prompts, effective_top_k, eos_id_list
+from rlinf.engines.rollout._common import check_prompts, effective_top_k, model_eos_ids
 from rlinf.engines.rollout.base import Generation, RolloutEngine
 
 
@@ -42,16 +42,7 @@ class SGLangRolloutEngine(RolloutEngine):
                 "huggingface on CPU") from exc
         if not torch.cuda.is_available():
             raise RuntimeError("rollout.backend=sglang needs a CUDA GPU; none is visible here")
-        if eos_token_id is None:
-            from transformers import AutoConfig, GenerationConfig
-
-            try:
-                eos_token_id = GenerationConfig.from_pretrained(model_path).eos_token_id
-            except OSError:
-                eos_token_id = None
-            if eos_token_id is None:
-                eos_token_id = AutoConfig.from_pretrained(model_path).eos_token_id
-        self.eos_token_ids = eos_id_list(eos_token_id)
+        self.eos_token_ids = model_eos_ids(model_path, eos_token_id)
         from transformers import AutoConfig
 
         self.vocab_size = int(AutoConfig.from_pretrained(model_path).vocab_size)

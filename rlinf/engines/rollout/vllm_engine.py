@@ -60,7 +60,7 @@ from rlinf.engines.rollout._common import (
     check_named_tensors,
     check_prompts,
     effective_top_k,
-    eos_id_list,
+    model_eos_ids,
     logprob_temperature,
     parameter_layout,
 )
@@ -200,17 +200,10 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def _load_hf_layout(self, model_path: str, eos_token_id: Any, pad_token_id: int | None) -> None:
         """EOS / pad ids and the HF parameter layout (a meta-device model: no memory)."""
-        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(model_path)
-        if eos_token_id is None:
-            try:
-                eos_token_id = GenerationConfig.from_pretrained(model_path).eos_token_id
-            except OSError:
-                eos_token_id = None
-            if eos_token_id is None:
-                eos_token_id = getattr(config, "eos_token_id", None)
-        self.eos_token_ids = eos_id_list(eos_token_id)
+        self.eos_token_ids = model_eos_ids(model_path, eos_token_id)
         if pad_token_id is None:
             pad_token_id = getattr(config, "pad_token_id", None)
         self.pad_token_id = int(pad_token_id if pad_token_id is not None
