@@ -18,6 +18,58 @@ class ActorModelConfig:
     The Megatron keys (``tensor_model_parallel_size`` ... ``moe_token_dispatcher_type``) are read
     by the Megatron backend only; the FSDP backend ignores them. Embodied keys (``action_dim``,
     ``num_action_chunks``, ...) are read by embodied policies.
+
+    Attributes:
+        model_path: local HF model folder the policy starts from; null = rollout.model.model_path
+            (one of the two must be set).
+        megatron_checkpoint: Megatron: converted checkpoint to load.
+        model_type: architecture tag (e.g. qwen2.5).
+        precision: dtype of the loaded (master) weights.
+        add_bias_linear: Megatron: biases in the linear layers.
+        add_qkv_bias: Megatron: bias in the QKV projection.
+        tensor_model_parallel_size: Megatron: tensor-parallel size.
+        pipeline_model_parallel_size: Megatron: pipeline-parallel size.
+        activation: Megatron: MLP activation.
+        sequence_parallel: Megatron: sequence parallelism (with tensor parallelism).
+        recompute_method: Megatron: activation recomputation method (uniform or block).
+        recompute_granularity: Megatron: activation recomputation granularity (full or selective).
+        recompute_num_layers: Megatron: layers recomputed per stage (or per uniform chunk).
+        seq_length, encoder_seq_length: Megatron: model sequence length (the reference sets
+            ``${runner.seq_length}``).
+        normalization: Megatron: normalisation layer.
+        position_embedding_type: Megatron: position embeddings.
+        apply_rope_fusion: Megatron: fused RoPE kernel.
+        bias_dropout_fusion: Megatron: fuse bias add and dropout.
+        persist_layer_norm: Megatron: persistent fused layer-norm kernel.
+        bias_activation_fusion: Megatron: fuse bias add and activation.
+        attention_softmax_in_fp32: Megatron: attention softmax in fp32.
+        batch_p2p_comm: Megatron: batch the pipeline send / receive operations.
+        variable_seq_lengths: Megatron: pipeline stages exchange variable-length sequences.
+        gradient_accumulation_fusion: Megatron: fused weight-gradient accumulation.
+        moe_token_dispatcher_type: Megatron: MoE token dispatcher.
+        use_cpu_initialization: Megatron: initialise weights on the CPU.
+        gradient_checkpointing: recompute activations in the backward pass (HF gradient
+            checkpointing).
+        action_dim: embodied: action dimensions.
+        num_action_chunks: embodied: actions predicted per step (action chunk length).
+        use_proprio: embodied: feed proprioceptive state to the policy.
+        unnorm_key: embodied: dataset statistics used to un-normalise actions.
+        value_type: embodied: level of the value head's estimates (per action or per chunk).
+        val_micro_batch_size: embodied: micro-batch of validation forwards.
+        center_crop: embodied: centre-crop input images.
+        do_sample: embodied: sample actions (else greedy).
+        vocab_size: embodied: the policy's vocabulary size.
+        hidden_size: embodied: the policy's hidden size.
+        policy_setup: embodied: robot / policy setup name.
+        image_size: embodied: input image size.
+        is_lora: embodied: train LoRA adapters instead of the full weights.
+        lora_rank: embodied: LoRA rank.
+        lora_path: embodied: LoRA adapter folder to start from.
+        num_images_in_input: embodied: images per observation.
+        attn_implementation: HF ``attn_implementation`` (e.g. sdpa, flash_attention_2); null = the
+            model's default.
+        low_cpu_mem_usage: HF ``low_cpu_mem_usage`` when loading.
+        trust_remote_code: allow custom modelling code from the model folder.
     """
 
     model_path: str | None = None
@@ -72,7 +124,26 @@ class ActorModelConfig:
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """``actor.optim``."""
+    """``actor.optim``.
+
+    Attributes:
+        optimizer: adam or adamw (the FSDP engine runs AdamW, i.e. decoupled weight decay, for
+            both).
+        bf16, fp16: Megatron: bf16 / fp16 mixed-precision training (at most one may be true).
+        lr: peak learning rate unless lr_sched.max_lr is set; must be > 0.
+        value_lr: critic learning rate when critic.lr is null; null = lr.
+        adam_beta1, adam_beta2, adam_eps: Adam moment coefficients and epsilon.
+        min_lr: final learning rate of a linear / cosine decay unless lr_sched.min_lr is set.
+        weight_decay: decoupled weight decay.
+        use_distributed_optimizer: Megatron: shard the optimizer state over data-parallel ranks.
+        overlap_grad_reduce: Megatron: overlap the gradient reduction with the backward pass.
+        overlap_param_gather: Megatron: overlap the parameter all-gather with the forward pass.
+        optimizer_enable_pin: Megatron: pin host memory of offloaded optimizer state.
+        overlap_param_gather_with_optimizer_step: Megatron: overlap the parameter all-gather with
+            the optimizer step.
+        clip_grad: maximum gradient norm; 0 = no clipping.
+        loss_scale_window: fp16 dynamic loss scaling: steps without overflow before the scale grows.
+    """
 
     optimizer: Literal["adam", "adamw"] = "adam"
     bf16: bool = False
@@ -100,7 +171,20 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class LrSchedConfig:
-    """``actor.lr_sched``: warm-up then decay (constant, linear or cosine)."""
+    """``actor.lr_sched``: warm-up then decay (constant, linear or cosine).
+
+    Attributes:
+        lr_warmup_fraction: warm-up length as a fraction of the run's optimizer steps, in [0, 1);
+            used when lr_warmup_iters is 0.
+        lr_warmup_init: learning rate at the first warm-up step.
+        lr_warmup_iters: warm-up length in optimizer steps; > 0 takes precedence over
+            lr_warmup_fraction.
+        max_lr: peak learning rate; null = actor.optim.lr.
+        min_lr: final learning rate of a linear / cosine decay; null = actor.optim.min_lr.
+        lr_decay_style: schedule after the warm-up.
+        lr_decay_iters: optimizer step at which the decay reaches min_lr; null = the run's total
+            optimizer steps.
+    """
 
     lr_warmup_fraction: float = 0.0
     lr_warmup_init: float = 0.0
@@ -117,7 +201,16 @@ class LrSchedConfig:
 
 @dataclass(frozen=True)
 class TokenizerConfig:
-    """``actor.tokenizer``: where the tokenizer lives (default: the model folder)."""
+    """``actor.tokenizer``: where the tokenizer lives (default: the model folder).
+
+    Attributes:
+        tokenizer_model: tokenizer folder; null = the model folder.
+        tokenizer_type: Megatron: tokenizer class.
+        extra_vocab_size: Megatron: extra vocabulary entries added to the embedding.
+        use_fast: load the fast (Rust) tokenizer.
+        trust_remote_code: allow custom tokenizer code from the folder.
+        padding_side: side the tokenizer pads on.
+    """
 
     tokenizer_model: str | None = None
     tokenizer_type: str = "HuggingFaceTokenizer"
@@ -129,7 +222,13 @@ class TokenizerConfig:
 
 @dataclass(frozen=True)
 class MixedPrecisionConfig:
-    """``actor.fsdp_config.mixed_precision``."""
+    """``actor.fsdp_config.mixed_precision``.
+
+    Attributes:
+        param_dtype: compute dtype of the gathered weights (FSDP2 ``MixedPrecisionPolicy``).
+        reduce_dtype: dtype of the gradient reduction.
+        buffer_dtype: accepted, no effect (FSDP2 leaves buffers as they are).
+    """
 
     param_dtype: Dtype = "fp32"
     reduce_dtype: Dtype = "fp32"
@@ -138,7 +237,12 @@ class MixedPrecisionConfig:
 
 @dataclass(frozen=True)
 class AmpConfig:
-    """``actor.fsdp_config.amp_autocast``."""
+    """``actor.fsdp_config.amp_autocast``.
+
+    Attributes:
+        enabled: run the forward pass under ``torch.autocast``.
+        precision: autocast dtype.
+    """
 
     enabled: bool = False
     precision: Dtype = "bf16"
@@ -146,7 +250,13 @@ class AmpConfig:
 
 @dataclass(frozen=True)
 class GradScalerConfig:
-    """``actor.fsdp_config.grad_scaler``."""
+    """``actor.fsdp_config.grad_scaler``.
+
+    Attributes:
+        enabled: fp16 dynamic loss scaling; the FSDP2 engine does not support it (use bf16).
+        init_scale: initial loss scale.
+        growth_interval: steps without overflow before the loss scale grows.
+    """
 
     enabled: bool = False
     init_scale: float = 65536.0
@@ -156,7 +266,29 @@ class GradScalerConfig:
 @dataclass(frozen=True)
 class FsdpConfig:
     """``actor.fsdp_config`` (FSDP2 through ``fully_shard``; ``strategy: fsdp`` is accepted and
-    runs the same FSDP2 path)."""
+    runs the same FSDP2 path).
+
+    Attributes:
+        strategy: fsdp or fsdp2 (any case); both run FSDP2.
+        sharding_strategy: full_shard: shard over all ranks (or HSDP, see fsdp_size);
+            shard_grad_op: the same, but parameters stay gathered between forward and backward;
+            hybrid_shard: shard within groups of fsdp_size ranks, replicate across groups;
+            no_shard: replicated weights, all-reduced gradients (DDP-like).
+        cpu_offload: keep sharded weights, gradients and the optimizer step on the CPU.
+        offload_pin_memory: pin the CPU copies when cpu_offload is on.
+        reshard_after_forward: free gathered parameters after the forward pass (forced off by
+            shard_grad_op).
+        enable_gradient_accumulation: true = reduce gradients once after the last micro-batch;
+            false = after every micro-batch (less memory, more communication).
+        forward_prefetch, limit_all_gathers, use_orig_params: FSDP1 options; accepted, no effect.
+        backward_prefetch: FSDP1 option; accepted, no effect.
+        use_liger_kernel: patch the model with Liger's Triton kernels (GPU only).
+        fsdp_size: shard group size: -1 or the world size = all ranks; a divisor d of the world
+            size = shard within d consecutive ranks, replicate across groups (HSDP).
+        mixed_precision: compute and gradient-reduction dtypes.
+        amp_autocast: autocast of the forward pass.
+        grad_scaler: fp16 loss scaling.
+    """
 
     strategy: str = "fsdp2"
     sharding_strategy: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] = "full_shard"
@@ -181,7 +313,20 @@ class FsdpConfig:
 
 @dataclass(frozen=True)
 class MegatronConfig:
-    """``actor.megatron`` (read by the Megatron backend; see its guide)."""
+    """``actor.megatron`` (read by the Megatron backend; see its guide).
+
+    Attributes:
+        ddp_bucket_size: gradient bucket size of Megatron's DDP; null = Megatron's default.
+        distributed_backend: torch.distributed backend.
+        distributed_timeout_minutes: timeout of collective operations.
+        ckpt_format: Megatron checkpoint format.
+        use_dist_ckpt: save distributed (sharded) checkpoints.
+        tp_comm_bootstrap_backend: backend that bootstraps tensor-parallel communication overlap.
+        tp_comm_overlap_cfg: YAML file of tensor-parallel overlap settings; null = defaults.
+        use_hf_ckpt: start from the HF checkpoint, converted to Megatron format (see ckpt).
+        ckpt: settings of the HF -> Megatron conversion (model, hf_model_path, save_path, ...),
+            passed through unchecked.
+    """
 
     ddp_bucket_size: int | None = None
     distributed_backend: Literal["nccl", "gloo"] = "nccl"

@@ -34,7 +34,19 @@ MATH_COMPONENTS = ("actor", "rollout", "inference", "reward")
 
 @dataclass(frozen=True)
 class MathConfig:
-    """The root of a math run's config (``hydra:`` is Hydra's own and is dropped before parsing)."""
+    """The root of a math run's config (``hydra:`` is Hydra's own and is dropped before parsing).
+
+    Attributes:
+        cluster: nodes, accelerators and where each component runs.
+        data: prompt datasets.
+        runner: the training loop's schedule, logging and checkpoints.
+        algorithm: advantage estimator, policy loss, KL and sampling.
+        rollout: the generation engine.
+        actor: the trained policy: model, optimizer, LR schedule, training backend.
+        reward: the rule-based reward.
+        critic: the value model (needed by ``adv_type: gae``).
+        inference: the group that computes reference / old log-probs when placed apart.
+    """
 
     cluster: ClusterConfig
     data: DataConfig
@@ -101,6 +113,11 @@ class MathConfig:
         n_mb = self.algorithm.n_minibatches
         check(per_rank % n_mb == 0, "algorithm.n_minibatches",
               f"each actor rank gets {per_rank} samples per step, not divisible into {n_mb} minibatches")
+        if self.algorithm.max_head_offpolicyness > 0:
+            check(plan.mode("actor", "rollout").value == "disaggregated",
+                  "algorithm.max_head_offpolicyness",
+                  "rollout can run ahead of training only when actor and rollout are placed on "
+                  f"different accelerators (they are {plan.mode('actor', 'rollout').value})")
         mb, micro = per_rank // n_mb, self.algorithm.training_batch_size_per_gpu
         check(self.runner.enable_dynamic_batch_size or mb % micro == 0,
               "algorithm.training_batch_size_per_gpu",

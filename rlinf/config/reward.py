@@ -43,6 +43,7 @@ class CriticConfig:
 
     Attributes:
         use_critic_model: train a value model next to the actor.
+        group_name: worker group name.
         model: value model checkpoint (default: the actor's, with a fresh value head).
         lr: value model learning rate (default: actor.optim.value_lr or actor.optim.lr).
         value_clip: clip range of the clipped value loss.
@@ -57,7 +58,12 @@ class CriticConfig:
 
 @dataclass(frozen=True)
 class InferenceConfig:
-    """``inference``: the group that computes reference (and old) log-probs when placed apart."""
+    """``inference``: the group that computes reference (and old) log-probs when placed apart.
+
+    Attributes:
+        group_name: worker group name.
+        model: see :class:`ModelRef`.
+    """
 
     group_name: str = "InferenceGroup"
     model: ModelRef = field(default_factory=ModelRef)

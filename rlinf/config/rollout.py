@@ -23,7 +23,13 @@ class ModelRef:
 
 @dataclass(frozen=True)
 class ChannelRef:
-    """``<section>.channel``: the channel a component reads or writes (name, key, capacity)."""
+    """``<section>.channel``: the channel a component reads or writes (name, key, capacity).
+
+    Attributes:
+        name: channel name; components that exchange data name the same channel.
+        queue_name: the queue (key) inside the channel this component uses.
+        queue_size: queue capacity in items; 0 = unbounded.
+    """
 
     name: str = "rlinf_channel"
     queue_name: str = "default"
@@ -40,6 +46,8 @@ class RolloutConfig:
     Attributes:
         group_name: worker group name.
         backend: huggingface (HF generate), vllm, or sglang (GPU only).
+        rollout_backend: the same choice under the name some math configs use; when both are
+            set they must agree. Read :attr:`engine_backend` for the effective one.
         model: see :class:`ModelRef`.
         recompute_logprobs: recompute log-probs with the actor before training.
         gpu_memory_utilization: vLLM / SGLang GPU memory fraction.
@@ -62,6 +70,7 @@ class RolloutConfig:
 
     group_name: str = "RolloutGroup"
     backend: Literal["huggingface", "vllm", "sglang"] = "huggingface"
+    rollout_backend: Literal["huggingface", "vllm", "sglang"] | None = None
     model: ModelRef = field(default_factory=ModelRef)
     recompute_logprobs: bool = True
     gpu_memory_utilization: float = 0.55
@@ -88,7 +97,15 @@ class RolloutConfig:
     pipeline_stage_num: int = 1
     channel: ChannelRef = field(default_factory=ChannelRef)
 
+    @property
+    def engine_backend(self) -> str:
+        """The generation engine to build (``rollout_backend`` if set, else ``backend``)."""
+        return self.rollout_backend or self.backend
+
     def validate(self, path: str) -> None:
+        check(self.rollout_backend is None or self.backend in ("huggingface", self.rollout_backend),
+              f"{path}.rollout_backend", f"{self.rollout_backend!r} disagrees with "
+              f"{path}.backend={self.backend!r}; set one of them")
         check(0 < self.gpu_memory_utilization <= 1, f"{path}.gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
         for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_stage_num"):

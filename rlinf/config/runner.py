@@ -46,6 +46,10 @@ class RunnerConfig:
         only_eval: run validation only.
         max_prompt_length: embodied runs: prompt tokens.
         seed: global seed.
+        export_hf: write the trained policy as an HF safetensors folder
+            (``<output_dir>/<experiment_name>/huggingface``) at the end of training (our key).
+        plot_curves: save ``curves.png`` (reward, accuracy, length per step) in
+            ``logger.log_path`` at the end (our key).
     """
 
     task_type: Literal["math", "embodied"] = "math"
@@ -63,6 +67,8 @@ class RunnerConfig:
     only_eval: bool = False
     max_prompt_length: int | None = None
     seed: int = 1234
+    export_hf: bool = True
+    plot_curves: bool = True
 
     def validate(self, path: str) -> None:
         check(self.max_epochs >= 1, f"{path}.max_epochs", f"must be >= 1, got {self.max_epochs}")

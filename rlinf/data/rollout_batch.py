@@ -32,6 +32,7 @@ import torch
 _TENSOR_FIELDS = (
     "prompt_ids", "prompt_mask", "response_ids", "response_mask", "rollout_logprobs",
     "old_logprobs", "ref_logprobs", "values", "rewards", "advantages", "returns", "group_ids",
+    "correct",
 )
 
 
@@ -49,6 +50,7 @@ class RolloutBatch:
         ref_logprobs: ``[B, R]`` reference-model log-probs (KL).
         values: ``[B, R]`` critic values.
         rewards: ``[B]`` sequence rewards.
+        correct: ``[B]`` bool, the verifier's verdict (rewards may also carry penalties).
         advantages, returns: ``[B, R]``.
         answers: gold answers, one per sample.
         texts: decoded responses (for the reward and for logging), one per sample.
@@ -69,6 +71,7 @@ class RolloutBatch:
     rewards: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    correct: torch.Tensor | None = None
     answers: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     finish_reasons: list[str] = field(default_factory=list)

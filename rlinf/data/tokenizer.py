@@ -26,3 +26,22 @@ def load_tokenizer(path: str):
         if tokenizer_class in GENERIC_CLASSES:
             return PreTrainedTokenizerFast.from_pretrained(path)
     return AutoTokenizer.from_pretrained(path)
+
+
+def prompt_encoder(tokenizer, apply_chat_template: bool):
+    """A function text -> prompt token ids: the user turn rendered with the tokenizer's chat
+    template plus the assistant generation prompt (``data.apply_chat_template``), or the raw text.
+
+    Raises:
+        ValueError: the chat template is asked for but the tokenizer has none.
+    """
+    if apply_chat_template and not getattr(tokenizer, "chat_template", None):
+        raise ValueError("data.apply_chat_template is true but the tokenizer has no chat template")
+
+    def encode(text: str) -> list[int]:
+        if apply_chat_template:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                 add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=not apply_chat_template)["input_ids"])
+
+    return encode

@@ -7,21 +7,26 @@ from dataclasses import dataclass
 from rlinf.config.math import MathConfig
 from rlinf.scheduler import Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
+from rlinf.workers.inference.reference_worker import ReferenceWorker
 from rlinf.workers.reward.math_reward_worker import MathRewardWorker
 from rlinf.workers.rollout.generation_worker import GenerationWorker
 
 
 @dataclass
 class MathGroups:
-    """The launched groups; ``reward`` is a local worker object when no reward group is placed."""
+    """The launched groups; ``reward`` is a local worker object when no reward group is placed;
+    ``inference`` (reference log-probs) exists when it is placed and ``kl_beta > 0``."""
 
     actor: WorkerGroup
     rollout: WorkerGroup
     reward: WorkerGroup | MathRewardWorker
     actor_rollout_mode: Mode
+    inference: WorkerGroup | None = None
 
     def shutdown(self) -> None:
-        for group in (self.actor, self.rollout, self.reward):
+        for group in (self.actor, self.rollout, self.reward, self.inference):
+            if group is None:
+                continue
             if isinstance(group, WorkerGroup):
                 group.shutdown()
             else:
@@ -29,10 +34,20 @@ class MathGroups:
 
 
 def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, total_steps: int) -> MathGroups:
-    """Start actor, rollout and reward groups where the plan puts them; link actor -> rollout."""
+    """Start actor, rollout, reward and inference groups where the plan puts them; link actor ->
+    rollout. Reference log-probs (``kl_beta > 0``) come from a separate inference group when
+    ``inference`` is placed apart from the actor, else from a frozen copy inside the actor (as for
+    the reference's ``actor,inference,rollout: all``)."""
     max_tokens = cfg.runner.max_tokens_per_mbs if cfg.runner.enable_dynamic_batch_size else None
+    use_inference = (cfg.algorithm.kl_beta > 0 and "inference" in plan.components
+                     and plan.mode("actor", "inference") == Mode.DISAGGREGATED)
     actor = WorkerGroup.launch(cluster, FSDPActorWorker, plan.component("actor"), name="actor",
-                               args=(cfg.model_path, cfg.actor, cfg.algorithm, total_steps, max_tokens))
+                               args=(cfg.model_path, cfg.actor, cfg.algorithm, total_steps, max_tokens,
+                                     not use_inference))
+    inference = None
+    if use_inference:
+        inference = WorkerGroup.launch(cluster, ReferenceWorker, plan.component("inference"),
+                                       name="inference", args=(cfg.model_path, cfg.actor, cfg.algorithm))
     rollout_model = cfg.rollout.model.model_path or cfg.model_path
     rollout = WorkerGroup.launch(cluster, GenerationWorker, plan.component("rollout"), name="rollout",
                                  args=(rollout_model, cfg.rollout))
@@ -44,4 +59,4 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
     else:
         reward = MathRewardWorker(cfg.reward, *overlong)
     TensorLink.connect(WEIGHT_LINK, actor, 0, rollout)
-    return MathGroups(actor, rollout, reward, plan.mode("actor", "rollout"))
+    return MathGroups(actor, rollout, reward, plan.mode("actor", "rollout"), inference)

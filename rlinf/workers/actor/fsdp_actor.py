@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from rlinf.config.actor import ActorConfig
@@ -25,10 +27,12 @@ class FSDPActorWorker(Worker):
         algorithm: ``algorithm:`` section (loss, micro-batch sizes, sampling temperature).
         total_steps: training steps planned (for the LR schedule).
         max_tokens_per_mbs: token budget of a micro-batch when packing (None = fixed size).
+        with_reference: keep a frozen copy of the initial policy for reference log-probs when
+            ``kl_beta > 0`` (False when a separate inference group computes them).
     """
 
     def __init__(self, model_path: str, actor: ActorConfig, algorithm: AlgorithmConfig,
-                 total_steps: int, max_tokens_per_mbs: int | None = None):
+                 total_steps: int, max_tokens_per_mbs: int | None = None, with_reference: bool = True):
         torch.manual_seed(actor.seed)
         self.init_process_group()
         self.algorithm = algorithm
@@ -41,7 +45,7 @@ class FSDPActorWorker(Worker):
         # KL needs the initial policy: a frozen, sharded copy on the same ranks.
         self.reference = (FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
                                      total_steps=total_steps, train_entropy=False)
-                          if algorithm.kl_beta > 0 else None)
+                          if algorithm.kl_beta > 0 and with_reference else None)
 
     def compute_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs ``[b, R]`` of this rank's shard under the current weights."""
@@ -72,10 +76,16 @@ class FSDPActorWorker(Worker):
         return self.send_tensors(WEIGHT_LINK, state) if self.rank == 0 else 0
 
     def save_checkpoint(self, path: str) -> None:
+        """Model + optimizer + LR position (sharded DCP) and this rank's torch RNG state."""
         self.engine.save_checkpoint(path)
+        torch.save(torch.get_rng_state(), os.path.join(path, f"rng_rank{self.rank}.pt"))
 
     def load_checkpoint(self, path: str) -> None:
+        """Restore :meth:`save_checkpoint` (the RNG state too when this rank saved one)."""
         self.engine.load_checkpoint(path)
+        rng = os.path.join(path, f"rng_rank{self.rank}.pt")
+        if os.path.isfile(rng):
+            torch.set_rng_state(torch.load(rng))
 
     def export_hf(self, path: str) -> None:
         self.engine.export_hf(path)

@@ -43,6 +43,7 @@ class MathRewardWorker(Worker):
             penalty = overlong_penalty(batch.response_lengths, max_len, buffer, factor)
             rewards_t = rewards_t + penalty.to(rewards_t.dtype)
         batch.rewards = rewards_t
+        batch.correct = torch.tensor(correct, dtype=torch.bool)
         n = max(len(correct), 1)
         return batch, {"reward/accuracy": sum(correct) / n, "reward/mean": float(rewards_t.mean()),
                        "reward/count": float(len(correct))}

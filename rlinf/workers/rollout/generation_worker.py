@@ -17,7 +17,7 @@ from rlinf.data.prompt_dataset import PromptBatch
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.data.tokenizer import load_tokenizer
 from rlinf.engines.rollout.factory import make_rollout_engine
-from rlinf.scheduler import Worker
+from rlinf.scheduler import Channel, Worker
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
 
 
@@ -33,7 +33,7 @@ class GenerationWorker(Worker):
         self.tokenizer = load_tokenizer(model_path)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
-        self.engine = make_rollout_engine(cfg.backend, model_path, cfg)
+        self.engine = make_rollout_engine(cfg.engine_backend, model_path, cfg)
         self.policy_version = 0
 
     def generate(self, prompts: PromptBatch, sampling: SamplingParams, n: int,
@@ -58,11 +58,23 @@ class GenerationWorker(Worker):
             answers=answers, texts=texts, finish_reasons=reasons,
             group_ids=torch.tensor(groups, dtype=torch.long), policy_version=self.policy_version)
 
-    def receive_weights(self) -> int:
-        """Take the actor's weights from the weight link, in place; returns the new version."""
+    def generate_to_channel(self, prompts: PromptBatch, sampling: SamplingParams, n: int, seed: int,
+                            channel: Channel, key: str, chunk_prompts: int) -> int:
+        """Generate ``chunk_prompts`` prompts at a time and put each chunk's :class:`RolloutBatch`
+        into ``channel[key]`` as soon as it is done (the streaming, disaggregated path). Chunk
+        ``i`` samples with seed ``seed + i``. Returns the number of chunks put."""
+        items = prompts.prompts
+        chunks = [PromptBatch(items[s:s + chunk_prompts]) for s in range(0, len(items), chunk_prompts)]
+        for i, chunk in enumerate(chunks):
+            channel.put(self.generate(chunk, sampling, n, seed + i), key=key)
+        return len(chunks)
+
+    def receive_weights(self, version: int | None = None) -> int:
+        """Take the actor's weights from the weight link, in place; returns the new version
+        (``version`` when given — a resumed run continues its count — else the old one + 1)."""
         state = self.recv_tensors(WEIGHT_LINK)
         self.engine.load_weights(state.items())
-        self.policy_version += 1
+        self.policy_version = self.policy_version + 1 if version is None else version
         return self.policy_version
 
     def offload(self) -> None:

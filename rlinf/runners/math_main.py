@@ -1,0 +1,83 @@
+"""Everything a math run does between a Hydra config and its result, in order.
+
+    config -> typed config (fails before any worker starts) -> Ray cluster + placement plan
+    -> tokenizer and prompt loaders -> worker groups -> runner (resume?) -> fit / only_eval
+    -> HF export, curve PNG, summary
+
+``examples/math/main_grpo.py`` is a thin Hydra wrapper around :func:`run_math`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlinf.config.math import MathConfig
+from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
+from rlinf.data.tokenizer import load_tokenizer, prompt_encoder
+
+
+def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoader | None]:
+    """Train and validation prompt loaders from ``data:`` (prompts longer than
+    ``data.max_prompt_length`` tokens are dropped)."""
+    d = cfg.data
+    encode = prompt_encoder(tokenizer, d.apply_chat_template)
+    train_rows = read_jsonl(d.train_data_paths, d.prompt_key, d.answer_key)
+    train = PromptLoader(PromptDataset(train_rows, encode, d.max_prompt_length), d.rollout_batch_size,
+                         shuffle=d.shuffle, seed=d.seed)
+    val = None
+    if d.val_data_paths:
+        val_rows = read_jsonl(d.val_data_paths, d.prompt_key, d.answer_key)
+        val = PromptLoader(PromptDataset(val_rows, encode, d.max_prompt_length),
+                           d.val_rollout_batch_size or d.rollout_batch_size,
+                           shuffle=False, seed=d.seed)
+    return train, val
+
+
+def run_math(raw: Any, print_fn=print) -> dict[str, float]:
+    """Run the math RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict).
+
+    Returns the runner's summary: ``steps`` and, when validating, ``val/first_accuracy`` and
+    ``val/last_accuracy``.
+    """
+    from rlinf.runners.math_groups import launch_math_groups
+    from rlinf.runners.math_grpo import MathGRPORunner, total_training_steps
+    from rlinf.scheduler import Cluster
+    from rlinf.utils.metric_logger import MetricLogger
+
+    cfg = MathConfig.from_dict(raw) if isinstance(raw, dict) else MathConfig.from_hydra(raw)
+    tokenizer = load_tokenizer(cfg.model_path)
+    train, val = build_loaders(cfg, tokenizer)
+    cluster = Cluster.from_config(cfg.cluster)
+    plan = cfg.cluster.plan(cluster.shape)
+    cfg.check_against_plan(plan)
+    total = total_training_steps(cfg, train.batches_per_epoch)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    lg = cfg.runner.logger
+    logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
+                          append=cfg.runner.resume_dir is not None)
+    print_fn(f"[rlinf] {total} steps of {cfg.data.rollout_batch_size} prompts x "
+             f"{cfg.algorithm.group_size}; placement: " +
+             ", ".join(f"{c}={plan.mode(a, c).value}" for a, c in [("actor", "rollout")]) +
+             f"; rollout backend {cfg.rollout.engine_backend}; logs in {lg.log_path}")
+    groups = launch_math_groups(cfg, cluster, plan, total)
+    runner = MathGRPORunner(cfg, groups, train, val, pad, logger)
+    try:
+        if cfg.runner.resume_dir:
+            runner.load_checkpoint(cfg.runner.resume_dir)
+            print_fn(f"[rlinf] resumed at step {runner.step} from {cfg.runner.resume_dir}")
+        if cfg.runner.only_eval:
+            metrics = runner.validate()
+            logger.log(metrics, step=runner.step)
+            return {"steps": float(runner.step), **metrics}
+        summary = runner.fit()
+        if cfg.runner.export_hf:
+            summary_path = runner.export_hf()
+            print_fn(f"[rlinf] trained policy exported to {summary_path}")
+        if cfg.runner.plot_curves and runner.plot(os.path.join(lg.log_path, "curves.png")):
+            print_fn(f"[rlinf] curves: {os.path.join(lg.log_path, 'curves.png')}")
+        return summary
+    finally:
+        runner.close()
+        groups.shutdown()
+        logger.close()

@@ -1,0 +1,221 @@
+"""From prompts to a scored batch with log-probs, on the placed groups.
+
+Two paths, chosen once from the placement mode of actor and rollout:
+
+* collocated (or hybrid: some devices shared) — phases take turns on the shared devices: the actor offloads, the rollout engine
+  onloads and generates the whole batch, offloads; then reward and log-probs run on the full batch.
+* disaggregated — :meth:`RolloutPipeline.submit` starts generation and returns at once; every
+  rollout rank puts chunks of ``rollout_batch_size_per_gpu`` prompts into a channel as they finish,
+  and :meth:`RolloutPipeline.collect` scores each chunk and has the actor (and the inference
+  group) compute its log-probs while later chunks are still being generated.
+
+Either way the result is one :class:`RolloutBatch` whose groups are contiguous, with
+``rewards``, ``old_logprobs`` and (``kl_beta > 0``) ``ref_logprobs`` filled.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import torch
+
+from rlinf.config.algorithm import SamplingParams
+from rlinf.config.math import MathConfig
+from rlinf.data.prompt_dataset import PromptBatch
+from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.runners.math_groups import MathGroups
+from rlinf.scheduler import Channel, GroupCall, Mode, WorkerGroup
+
+#: How long the driver waits for one streamed chunk before checking the rollout ranks are alive.
+_POLL_S = 2.0
+
+
+@dataclass
+class Submitted:
+    """A generation in flight (or, collocated, waiting to run in :meth:`RolloutPipeline.collect`)."""
+
+    prompts: PromptBatch
+    sampling: SamplingParams
+    n: int
+    seed: int
+    key: str = ""
+    expected_chunks: int = 0
+    call: GroupCall | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+
+class RolloutPipeline:
+    """Generation -> reward -> log-probs for one batch of prompts.
+
+    Args:
+        cfg: the run's config.
+        groups: launched groups (:func:`rlinf.runners.math_groups.launch_math_groups`).
+        pad_token_id: padding id used when joining batches.
+    """
+
+    def __init__(self, cfg: MathConfig, groups: MathGroups, pad_token_id: int):
+        self.cfg, self.groups, self.pad_token_id = cfg, groups, pad_token_id
+        self.collocated = groups.actor_rollout_mode != Mode.DISAGGREGATED
+        self._ids = itertools.count()
+        self.channel = None
+        if not self.collocated:
+            self.channel = Channel.create(f"{cfg.rollout.channel.name}-{uuid.uuid4().hex[:8]}")
+
+    # ---- generation ---------------------------------------------------------------------------
+    def submit(self, prompts: PromptBatch, sampling: SamplingParams, n: int, seed: int) -> Submitted:
+        """Start generating ``n`` responses per prompt (disaggregated: returns at once)."""
+        job = Submitted(prompts, sampling, n, seed)
+        if self.collocated:
+            return job
+        rollout = self.groups.rollout
+        shards = _shard_prompts(prompts, rollout.world_size)
+        chunk = self.cfg.algorithm.rollout_batch_size_per_gpu or max(len(s.prompts) for s in shards)
+        job.key = f"gen{next(self._ids)}"
+        job.expected_chunks = sum(-(-len(s.prompts) // chunk) for s in shards)
+        job.call = rollout.execute_each("generate_to_channel", [
+            (s, sampling, n, seed * 1000 + r * 100, self.channel, job.key, chunk)
+            for r, s in enumerate(shards)])
+        return job
+
+    def collect(self, job: Submitted, logprobs: bool = True) -> tuple[RolloutBatch, dict[str, float]]:
+        """The scored batch of ``job`` (with log-probs unless ``logprobs`` is False) and metrics
+        ``reward/*`` and ``time/*``."""
+        if self.collocated:
+            return self._collect_collocated(job, logprobs)
+        return self._collect_streaming(job, logprobs)
+
+    def _collect_collocated(self, job: Submitted, logprobs: bool):
+        rollout, actor = self.groups.rollout, self.groups.actor
+        t = time.perf_counter()
+        actor.offload().wait()
+        rollout.onload().wait()
+        shards = _shard_prompts(job.prompts, rollout.world_size)
+        parts = rollout.execute_each("generate", [(s, job.sampling, job.n, job.seed * 1000 + r * 100)
+                                                  for r, s in enumerate(shards)]).wait()
+        rollout.offload().wait()
+        actor.onload().wait()
+        batch = RolloutBatch.concat([b for b in parts if b.batch_size], self.pad_token_id)
+        timings = {"time/rollout": time.perf_counter() - t}
+        t = time.perf_counter()
+        pending = self._logprobs_async(batch) if logprobs else {}
+        scoring = self._score_async(batch)
+        batch, metrics = scoring()
+        timings["time/reward"] = time.perf_counter() - t
+        _fill_logprobs(batch, pending, self.cfg.rollout.recompute_logprobs)
+        timings["time/logprobs"] = time.perf_counter() - t
+        return batch, {**metrics, **timings}
+
+    def _collect_streaming(self, job: Submitted, logprobs: bool):
+        pieces = []  # (chunk, scoring, pending log-prob calls) in arrival order
+        got = 0
+        while got < job.expected_chunks:
+            try:
+                chunk = self.channel.get(job.key, timeout=_POLL_S)
+            except Exception as exc:  # ChannelTimeout: is the rollout still alive?
+                if type(exc).__name__ != "ChannelTimeout":
+                    raise
+                if job.call.done():
+                    job.call.wait()  # raises the rank's error if one failed
+                    if self.channel.qsize(job.key) == 0:
+                        raise RuntimeError(f"rollout finished but sent {got} of {job.expected_chunks} "
+                                           "chunks") from None
+                continue
+            got += 1
+            if chunk.batch_size:
+                pending = self._logprobs_async(chunk) if logprobs else {}
+                pieces.append((chunk, self._score_async(chunk), pending))
+        job.call.wait()
+        generated = time.perf_counter()
+        scored = []
+        for chunk, scoring, pending in pieces:
+            part, _ = scoring()
+            _fill_logprobs(part, pending, self.cfg.rollout.recompute_logprobs)
+            scored.append(part)
+        batch = RolloutBatch.concat(scored, self.pad_token_id)
+        metrics = _reward_metrics(batch)
+        metrics["time/rollout"] = generated - job.started
+        metrics["time/after_rollout"] = time.perf_counter() - generated
+        return batch, metrics
+
+    def discard(self, job: Submitted) -> None:
+        """Wait for a submitted generation nobody will train on and drop its output."""
+        if self.collocated:
+            return
+        job.call.wait()
+        if job.expected_chunks:
+            self.channel.get_batch(job.key, count=job.expected_chunks, timeout=60)
+
+    def add_logprobs(self, batch: RolloutBatch) -> None:
+        """Fill ``old_logprobs`` / ``ref_logprobs`` of a batch collected with ``logprobs=False``."""
+        _fill_logprobs(batch, self._logprobs_async(batch), self.cfg.rollout.recompute_logprobs)
+
+    # ---- reward and log-probs -----------------------------------------------------------------
+    def _score_async(self, batch: RolloutBatch):
+        """Start scoring ``batch``; returns a function giving ``(scored batch, metrics)``."""
+        reward = self.groups.reward
+        if not isinstance(reward, WorkerGroup):
+            scored = reward.score_batch(batch)
+            return lambda: scored
+        shards = _split_ragged(batch, reward.world_size)
+        call = reward.execute_each("score_batch", [(s,) for s in shards])
+
+        def finish():
+            results = call.wait()
+            joined = RolloutBatch.concat([b for b, _ in results if b.batch_size], self.pad_token_id)
+            return joined, _reward_metrics(joined)
+
+        return finish
+
+    def _logprobs_async(self, batch: RolloutBatch) -> dict[str, GroupCall]:
+        """Start the old (when recomputed) and reference (when ``kl_beta > 0``) log-prob passes."""
+        calls: dict[str, GroupCall] = {}
+        actor = self.groups.actor
+        if self.cfg.rollout.recompute_logprobs:
+            calls["old_logprobs"] = actor.execute_each(
+                "compute_logprobs", [(s,) for s in _split_ragged(batch, actor.world_size)])
+        if self.cfg.algorithm.kl_beta > 0:
+            ref = self.groups.inference or actor
+            calls["ref_logprobs"] = ref.execute_each(
+                "compute_ref_logprobs", [(s,) for s in _split_ragged(batch, ref.world_size)])
+        return calls
+
+    def close(self) -> None:
+        if self.channel is not None:
+            import ray
+
+            ray.kill(self.channel._actor)
+            self.channel = None
+
+
+def _fill_logprobs(batch: RolloutBatch, pending: dict[str, GroupCall], recompute: bool) -> None:
+    for name, call in pending.items():
+        parts = [p for p in call.wait() if p.shape[0]]
+        width = batch.response_ids.shape[1]
+        setattr(batch, name, torch.cat([_pad_to(p, width) for p in parts]))
+    if not recompute:
+        batch.old_logprobs = batch.rollout_logprobs
+
+
+def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(t, (0, width - t.shape[1])) if t.shape[1] < width else t[:, :width]
+
+
+def _reward_metrics(batch: RolloutBatch) -> dict[str, float]:
+    accuracy = batch.correct.float().mean() if batch.batch_size else torch.tensor(0.0)
+    return {"reward/mean": float(batch.rewards.mean()), "reward/accuracy": float(accuracy),
+            "reward/count": float(batch.batch_size)}
+
+
+def _shard_prompts(prompts: PromptBatch, parts: int) -> list[PromptBatch]:
+    per = -(-len(prompts.prompts) // parts)
+    return [PromptBatch(prompts.prompts[r * per:(r + 1) * per]) for r in range(parts)]
+
+
+def _split_ragged(batch: RolloutBatch, parts: int) -> list[RolloutBatch]:
+    """Exactly ``parts`` consecutive slices (the last ones may be empty)."""
+    per = -(-batch.batch_size // parts)
+    return [batch.select(range(min(i * per, batch.batch_size), min((i + 1) * per, batch.batch_size)))
+            for i in range(parts)]

@@ -1,0 +1,98 @@
+"""Metrics out of a run: a JSONL file always, plus tensorboard / wandb / swanlab when chosen.
+
+wandb and swanlab run offline unless their own environment says otherwise (``WANDB_MODE``,
+``SWANLAB_MODE``), so a machine without network still logs. A backend that is chosen but not
+installed fails at construction, naming the ``runner.logger.logger_backends`` key.
+
+Example:
+    >>> import json, tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> log = MetricLogger(d, project="p", experiment="e", backends=())
+    >>> log.log({"reward/mean": 0.5}, step=1)
+    >>> log.close()
+    >>> [json.loads(line) for line in open(os.path.join(d, "metrics.jsonl"))]
+    [{'step': 1, 'reward/mean': 0.5}]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterable, Mapping
+
+
+class MetricLogger:
+    """Writes ``{step, **metrics}`` lines to ``log_path/metrics.jsonl`` and to each backend.
+
+    Args:
+        log_path: folder for the JSONL file and the tensorboard events (``tensorboard/``).
+        project: project name (wandb / swanlab).
+        experiment: run name.
+        backends: any of ``tensorboard``, ``wandb``, ``swanlab``.
+        append: keep earlier lines (a resumed run); False starts the file afresh.
+    """
+
+    def __init__(self, log_path: str, project: str, experiment: str, backends: Iterable[str],
+                 append: bool = False):
+        os.makedirs(log_path, exist_ok=True)
+        self.log_path = log_path
+        self._jsonl = open(os.path.join(log_path, "metrics.jsonl"), "a" if append else "w")
+        self._writers: list = []
+        for backend in backends:
+            self._writers.append(_open_backend(backend, log_path, project, experiment))
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        """Record ``metrics`` at ``step`` (values must be numbers)."""
+        clean = {k: float(v) for k, v in metrics.items()}
+        self._jsonl.write(json.dumps({"step": step, **clean}) + "\n")
+        self._jsonl.flush()
+        for kind, writer in self._writers:
+            if kind == "tensorboard":
+                for key, value in clean.items():
+                    writer.add_scalar(key, value, step)
+                writer.flush()
+            else:  # wandb and swanlab share the call
+                writer.log(clean, step=step)
+
+    def close(self) -> None:
+        self._jsonl.close()
+        for kind, writer in self._writers:
+            if kind == "tensorboard":
+                writer.close()
+            else:
+                writer.finish()
+        self._writers = []
+
+
+def _open_backend(backend: str, log_path: str, project: str, experiment: str):
+    key = "runner.logger.logger_backends"
+    try:
+        if backend == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+
+            return backend, SummaryWriter(os.path.join(log_path, "tensorboard"))
+        if backend == "wandb":
+            import wandb
+
+            os.environ.setdefault("WANDB_MODE", "offline")
+            return backend, wandb.init(project=project, name=experiment, dir=log_path, reinit=True)
+        if backend == "swanlab":
+            import swanlab
+
+            mode = os.environ.get("SWANLAB_MODE", "offline")
+            return backend, swanlab.init(project=project, experiment_name=experiment, logdir=log_path,
+                                         mode=mode)
+    except ImportError as exc:
+        from rlinf.utils.typed_config import ConfigError
+
+        raise ConfigError(key, f"{backend!r} is chosen but not installed ({exc}); "
+                               f"pip install {backend}, or remove it") from exc
+    from rlinf.utils.typed_config import ConfigError
+
+    raise ConfigError(key, f"unknown backend {backend!r}; choose tensorboard, wandb or swanlab")
+
+
+def read_metrics(path: str) -> list[dict[str, float]]:
+    """The records of a ``metrics.jsonl`` file, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,1 @@
+"""Inference workers: frozen-policy forward passes (reference log-probs)."""
