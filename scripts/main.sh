@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The README's main job: set up .venv (idempotent), then run the embedded default on local Ray, CPU.
-# Extra arguments are Hydra overrides, e.g. `bash scripts/main.sh demo.steps=40`.
+# The README's main job: set up .venv (idempotent), build the tiny math model once (random tiny
+# Qwen2 + local tokenizer + a short supervised warm start, cached in results/tiny_math), then run
+# GRPO on it with the embedded default config on local Ray, CPU.
+# Extra arguments are Hydra overrides, e.g. `bash scripts/main.sh runner.max_steps=10`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh"
 cd "$root"
-exec "$root/.venv/bin/python" examples/scheduler_demo/main_demo.py "$@"
+export RAY_DEDUP_LOGS="${RAY_DEDUP_LOGS:-1}"
+"$root/.venv/bin/python" -m toolkits.tiny_math.prepare --out results/tiny_math
+exec "$root/.venv/bin/python" examples/math/main_grpo.py "$@"

@@ -20,6 +20,8 @@ from rlinf.config.resolvers import register_resolvers  # noqa: E402
 from rlinf.utils.typed_config import ConfigError  # noqa: E402
 
 register_resolvers()
+# model loading bars from every worker would bury the step progress bar
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 @hydra.main(version_base="1.3", config_path="config", config_name="grpo_tiny_cpu")

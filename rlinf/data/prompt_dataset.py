@@ -93,19 +93,23 @@ class PromptLoader:
     """Batches of a :class:`PromptDataset` in a seeded order; its position is checkpointable.
 
     Each epoch is a fresh permutation from ``(seed, epoch)`` when ``shuffle``; the last partial
-    batch of an epoch is dropped (every step has the full batch size).
+    batch of an epoch is dropped (every step has the full batch size) unless ``drop_last`` is
+    False (validation: every prompt once).
     """
 
-    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int):
+    def __init__(self, dataset: PromptDataset, batch_size: int, shuffle: bool, seed: int,
+                 drop_last: bool = True):
         if batch_size > len(dataset):
             raise ValueError(f"batch size {batch_size} exceeds the {len(dataset)} usable prompts")
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
+        self.drop_last = drop_last
         self.epoch = 0
         self.position = 0  # batches already taken in the current epoch
 
     @property
     def batches_per_epoch(self) -> int:
-        return len(self.dataset) // self.batch_size
+        full, rest = divmod(len(self.dataset), self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
 
     def _order(self, epoch: int) -> list[int]:
         order = list(range(len(self.dataset)))

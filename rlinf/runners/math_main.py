@@ -15,22 +15,38 @@ from typing import Any
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
 from rlinf.data.tokenizer import load_tokenizer, prompt_encoder
+from rlinf.utils.typed_config import ConfigError
 
 
 def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoader | None]:
     """Train and validation prompt loaders from ``data:`` (prompts longer than
-    ``data.max_prompt_length`` tokens are dropped)."""
+    ``data.max_prompt_length`` tokens are dropped; a validation batch is at most the whole set).
+
+    Raises:
+        ConfigError: a data file lacks the prompt / answer key, no prompt fits, or the train set
+            has fewer usable prompts than ``data.rollout_batch_size``.
+    """
     d = cfg.data
     encode = prompt_encoder(tokenizer, d.apply_chat_template)
-    train_rows = read_jsonl(d.train_data_paths, d.prompt_key, d.answer_key)
-    train = PromptLoader(PromptDataset(train_rows, encode, d.max_prompt_length), d.rollout_batch_size,
-                         shuffle=d.shuffle, seed=d.seed)
+    loaders = []
+    for paths, key in ((d.train_data_paths, "data.train_data_paths"), (d.val_data_paths, "data.val_data_paths")):
+        if not paths:
+            loaders.append(None)
+            continue
+        try:
+            dataset = PromptDataset(read_jsonl(paths, d.prompt_key, d.answer_key), encode, d.max_prompt_length)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc)) from None
+        loaders.append(dataset)
+    train_set, val_set = loaders
+    if d.rollout_batch_size > len(train_set):
+        raise ConfigError("data.rollout_batch_size", f"{d.rollout_batch_size} exceeds the "
+                          f"{len(train_set)} usable prompts of data.train_data_paths")
+    train = PromptLoader(train_set, d.rollout_batch_size, shuffle=d.shuffle, seed=d.seed)
     val = None
-    if d.val_data_paths:
-        val_rows = read_jsonl(d.val_data_paths, d.prompt_key, d.answer_key)
-        val = PromptLoader(PromptDataset(val_rows, encode, d.max_prompt_length),
-                           d.val_rollout_batch_size or d.rollout_batch_size,
-                           shuffle=False, seed=d.seed)
+    if val_set is not None:
+        size = min(d.val_rollout_batch_size or d.rollout_batch_size, len(val_set))
+        val = PromptLoader(val_set, size, shuffle=False, seed=d.seed, drop_last=False)
     return train, val
 
 

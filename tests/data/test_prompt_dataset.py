@@ -61,3 +61,12 @@ def test_read_jsonl_names_file_and_line(tmp_path):
 def test_batch_larger_than_dataset_is_an_error():
     with pytest.raises(ValueError, match="batch size 20 exceeds the 10 usable prompts"):
         PromptLoader(make(max_prompt_length=8), batch_size=20, shuffle=False, seed=0)
+
+
+def test_validation_loader_keeps_the_partial_last_batch():
+    rows = [{"prompt": str(i), "answer": str(i)} for i in range(5)]
+    ds = PromptDataset(rows, encode=lambda s: [1], max_prompt_length=4)
+    val = PromptLoader(ds, batch_size=2, shuffle=False, seed=0, drop_last=False)
+    assert [b.answers for b in val.epoch_batches()] == [["0", "1"], ["2", "3"], ["4"]]
+    train = PromptLoader(ds, batch_size=2, shuffle=False, seed=0)
+    assert [len(b.prompts) for b in train.epoch_batches()] == [2, 2]

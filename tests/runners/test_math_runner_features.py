@@ -1,0 +1,160 @@
+"""The math runner's schedule around a step, through ``run_math`` on the fake cluster:
+checkpoint -> resume equality, HF export, logs and curves, async lookahead, DAPO refill with a
+separate inference group."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import pytest
+import ray.cloudpickle
+
+from rlinf.runners.checkpoint import resolve_resume_dir
+from rlinf.utils.metric_logger import read_metrics
+from rlinf.utils.typed_config import ConfigError
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "workers"))
+from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+pytestmark = pytest.mark.ray
+
+
+def write_data(path, n):
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"prompt": f"w{5 + i % 20} w{6 + i % 20}", "answer": str(i % 3)}) + "\n")
+    return str(path)
+
+
+def base_config(tmp_path, model, placement, accelerators, **sections):
+    """A small run: 4 prompts x 4 samples, 6 new tokens; the entropy bonus makes every step move
+    the weights, the overlong penalty gives rewards that differ within groups."""
+    cfg = {
+        "cluster": {"num_nodes": 1, "accelerators_per_node": accelerators, "component_placement": placement},
+        "runner": {"seq_length": 16, "max_steps": 3, "val_check_interval": -1, "save_interval": -1,
+                   "output_dir": str(tmp_path / "out"), "experiment_name": "t",
+                   "logger": {"log_path": str(tmp_path / "out" / "t"), "logger_backends": ["tensorboard"]}},
+        "algorithm": {"group_size": 4, "n_minibatches": 1, "training_batch_size_per_gpu": 4,
+                      "entropy_bonus": 0.01, "calculate_entropy": True, "overlong_buffer_len": 4,
+                      "sampling_params": {"max_new_tokens": 6, "min_new_tokens": 1}},
+        "data": {"train_data_paths": [write_data(tmp_path / "train.jsonl", 16)],
+                 "val_data_paths": [write_data(tmp_path / "val.jsonl", 4)],
+                 "rollout_batch_size": 4, "max_prompt_length": 8, "apply_chat_template": False},
+        "actor": {"model": {"model_path": model}, "optim": {"lr": 1e-2}},
+        "reward": {"reward_scale": 1.0, "verify_processes": 1},
+    }
+    for section, values in sections.items():
+        for key, value in values.items():
+            if isinstance(value, dict) and isinstance(cfg[section].get(key), dict):
+                cfg[section][key] = {**cfg[section][key], **value}
+            else:
+                cfg[section][key] = value
+    return cfg
+
+
+def with_dirs(cfg, out):
+    cfg = json.loads(json.dumps(cfg))
+    cfg["runner"]["output_dir"] = str(out)
+    cfg["runner"]["logger"]["log_path"] = str(out / "t")
+    return cfg
+
+
+COMPARED = ("reward/mean", "reward/accuracy", "response/length_mean", "actor/policy_loss",
+            "actor/grad_norm", "actor/lr", "actor/entropy")
+
+
+def test_resume_gives_the_same_next_step_metrics(ray_cluster, tmp_path):
+    from rlinf.runners.math_main import run_math
+
+    model = tiny_model_with_tokenizer(tmp_path / "model")
+    cfg = base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,
+                      runner={"save_interval": 2, "val_check_interval": 3})
+    summary = run_math(with_dirs(cfg, tmp_path / "a"), print_fn=lambda *_: None)
+    assert summary["steps"] == 3 and "val/last_accuracy" in summary
+    run_a = tmp_path / "a" / "t"
+    full = {int(m["step"]): m for m in read_metrics(str(run_a / "metrics.jsonl"))}
+    assert sorted(full) == [0, 1, 2, 3] and "val/accuracy" in full[0] and "val/accuracy" in full[3]
+    assert os.listdir(run_a / "tensorboard") and (run_a / "curves.png").stat().st_size > 0
+    assert sorted(os.listdir(run_a / "checkpoints")) == ["global_step_2", "global_step_3"]
+    assert resolve_resume_dir(str(run_a / "checkpoints")).endswith("global_step_3")
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(str(run_a / "huggingface"))
+    assert exported.num_parameters() > 0
+
+    resumed_cfg = with_dirs(cfg, tmp_path / "b")
+    resumed_cfg["runner"]["resume_dir"] = str(run_a / "checkpoints" / "global_step_2")
+    assert run_math(resumed_cfg, print_fn=lambda *_: None)["steps"] == 3
+    resumed = {int(m["step"]): m for m in read_metrics(str(tmp_path / "b" / "t" / "metrics.jsonl"))}
+    assert sorted(resumed) == [3]  # only the step that ran after the resume
+    assert sum(key in full[3] for key in COMPARED) == len(COMPARED)
+    for key in COMPARED:
+        if key in full[3]:
+            assert math.isclose(resumed[3][key], full[3][key], rel_tol=1e-5, abs_tol=1e-7), key
+    assert full[3]["actor/grad_norm"] > 0  # the compared step really trained
+
+
+def test_async_rollout_runs_one_version_ahead(ray_cluster, tmp_path):
+    from rlinf.runners.math_main import run_math
+
+    model = tiny_model_with_tokenizer(tmp_path / "model")
+    cfg = base_config(tmp_path, model, {"actor": "0-1", "rollout": "2"}, 3,
+                      algorithm={"max_head_offpolicyness": 1, "loss_type": "decoupled_ppo",
+                                 "rollout_batch_size_per_gpu": 1})
+    assert run_math(cfg, print_fn=lambda *_: None)["steps"] == 3
+    metrics = read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))
+    assert [m["rollout/staleness"] for m in metrics] == [0.0, 1.0, 1.0]
+    assert all(m["reward/count"] == 16 for m in metrics)
+
+
+def test_dynamic_sampling_with_a_separate_inference_group(ray_cluster, tmp_path):
+    from rlinf.config.math import MathConfig
+    from rlinf.data.tokenizer import load_tokenizer
+    from rlinf.runners.math_groups import launch_math_groups
+    from rlinf.runners.math_grpo import MathGRPORunner
+    from rlinf.runners.math_main import build_loaders
+
+    model = tiny_model_with_tokenizer(tmp_path / "model")
+    cfg = MathConfig.from_dict(base_config(
+        tmp_path, model, {"actor": "0-1", "inference": "2", "rollout,reward": "3"}, 4,
+        algorithm={"kl_beta": 0.05, "dynamic_sampling": True, "max_dynamic_sampling_rounds": 2}))
+    tok = load_tokenizer(model)
+    train, val = build_loaders(cfg, tok)
+    groups = launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=2)
+    try:
+        assert groups.inference is not None and groups.inference.world_size == 1
+        runner = MathGRPORunner(cfg, groups, train, val, tok.pad_token_id)
+        for _ in range(2):
+            # the actor holds no reference copy: the KL term's log-probs came from the inference group
+            metrics = runner.train_step()
+            assert metrics["reward/count"] == 16
+            assert 0 <= metrics["dynamic_sampling/rounds"] <= 2
+            assert 0 <= metrics["dynamic_sampling/kept_frac"] <= 1
+            assert "actor/kl" in metrics
+        runner.close()
+    finally:
+        groups.shutdown()
+
+
+def test_resume_dir_without_a_checkpoint_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="runner.resume_dir.*no complete checkpoint"):
+        resolve_resume_dir(str(tmp_path))
+    with pytest.raises(ConfigError, match="runner.resume_dir.*not a folder"):
+        resolve_resume_dir(str(tmp_path / "missing"))
+
+
+def test_a_chosen_logger_that_is_not_installed_names_the_key(tmp_path):
+    from rlinf.utils.metric_logger import MetricLogger
+
+    pytest.importorskip("torch")
+    try:
+        import wandb  # noqa: F401
+        pytest.skip("wandb is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(ConfigError, match="runner.logger.logger_backends.*wandb"):
+        MetricLogger(str(tmp_path), "p", "e", ["wandb"])
