@@ -39,6 +39,27 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class LengthParams:
+    """``algorithm.length_params`` (embodied VLA token budgets).
+
+    Attributes:
+        max_new_token: tokens a VLA policy generates per step; null = action_dim * num_action_chunks.
+        max_length: longest prompt + generated sequence.
+        min_length: shortest sequence.
+    """
+
+    max_new_token: int | None = None
+    max_length: int = 1024
+    min_length: int = 1
+
+    def validate(self, path: str) -> None:
+        check(self.max_new_token is None or self.max_new_token >= 1, f"{path}.max_new_token",
+              f"must be >= 1 or null, got {self.max_new_token}")
+        check(1 <= self.min_length <= self.max_length, f"{path}.min_length",
+              f"must be in [1, max_length={self.max_length}], got {self.min_length}")
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     """``algorithm``.
 
@@ -72,6 +93,17 @@ class AlgorithmConfig:
             training; 0 = synchronous (on-policy).
         behav_imp_weight_cap: decoupled PPO: cap on the behaviour importance weight; null = none.
         sampling_params: see :class:`SamplingParams`.
+        kl_penalty: embodied: KL estimator between policy and reference (kl, abs, mse,
+            low_var_kl).
+        rollout_epoch: embodied: rollout passes (each over all train envs) per training step.
+        reward_type: embodied: chunk_level (one reward and value per action chunk) or
+            action_level (one per action).
+        logprob_type: embodied: importance-ratio unit: token_level (per action dimension),
+            action_level (per action) or chunk_level (per chunk).
+        entropy_type: embodied: entropy unit, as logprob_type.
+        length_params: see :class:`LengthParams`.
+        value_loss_coef: embodied PPO: weight of the value-head loss (our key).
+        update_epochs: embodied PPO: passes over each rollout batch (our key).
     """
 
     group_size: int = 1
@@ -103,10 +135,19 @@ class AlgorithmConfig:
     max_head_offpolicyness: int = 0
     behav_imp_weight_cap: float | None = None
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
+    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "kl"
+    rollout_epoch: int = 1
+    reward_type: Literal["chunk_level", "action_level"] = "chunk_level"
+    logprob_type: Literal["token_level", "action_level", "chunk_level"] = "token_level"
+    entropy_type: Literal["token_level", "action_level", "chunk_level"] = "token_level"
+    length_params: LengthParams = field(default_factory=LengthParams)
+    value_loss_coef: float = 0.5
+    update_epochs: int = 1
 
     def validate(self, path: str) -> None:
         for key in ("group_size", "n_minibatches", "training_batch_size_per_gpu",
-                    "logprob_forward_micro_batch_size", "val_rollout_batch_size_per_gpu"):
+                    "logprob_forward_micro_batch_size", "val_rollout_batch_size_per_gpu",
+                    "rollout_epoch", "update_epochs"):
             value = getattr(self, key)
             check(value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")
         check(self.adv_type != "grpo" or self.group_size > 1, f"{path}.group_size",
@@ -117,8 +158,9 @@ class AlgorithmConfig:
               f"must be > 1 or null, got {self.clip_ratio_c}")
         check(self.early_stop_imp_ratio is None or self.early_stop_imp_ratio > 1,
               f"{path}.early_stop_imp_ratio", f"must be > 1 or null, got {self.early_stop_imp_ratio}")
-        check(0 < self.gamma <= 1 and 0 <= self.lam <= 1, f"{path}.gamma",
-              f"gamma must be in (0, 1] and lam in [0, 1], got {self.gamma}, {self.lam}")
+        check(0 < self.gamma <= 1, f"{path}.gamma", f"must be in (0, 1], got {self.gamma}")
+        check(0 <= self.lam <= 1, f"{path}.lam", f"must be in [0, 1], got {self.lam}")
+        check(self.value_loss_coef >= 0, f"{path}.value_loss_coef", f"must be >= 0, got {self.value_loss_coef}")
         check(self.max_head_offpolicyness >= 0, f"{path}.max_head_offpolicyness",
               f"must be >= 0, got {self.max_head_offpolicyness}")
         check(self.max_head_offpolicyness == 0 or self.loss_type == "decoupled_ppo",

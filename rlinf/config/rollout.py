@@ -46,13 +46,14 @@ class RolloutConfig:
     Attributes:
         group_name: worker group name.
         backend: huggingface (HF generate), vllm, or sglang (GPU only).
-        rollout_backend: the same choice under the name some math configs use; when both are
-            set they must agree. Read :attr:`engine_backend` for the effective one.
+        rollout_backend: the same choice under the name some math configs use; when set it wins
+            (``backend`` may then only be left at huggingface or name the same engine). Read
+            :attr:`engine_backend` for the effective one.
         model: see :class:`ModelRef`.
         recompute_logprobs: recompute log-probs with the actor before training.
         gpu_memory_utilization: vLLM / SGLang GPU memory fraction.
         enforce_eager: disable CUDA graphs (vLLM).
-        distributed_executor_backend: vLLM executor (mp or ray).
+        distributed_executor_backend: vLLM executor (mp, ray or uni).
         disable_log_stats, detokenize, print_outputs: engine logging / debugging switches.
         padding, eos: token id overrides (null = the tokenizer's).
         attention_backend: engine attention kernels.
@@ -62,7 +63,7 @@ class RolloutConfig:
             torch_compile_max_bs: engine knobs as in the reference.
         kv_cache_space_gb: vLLM on CPU: KV cache GiB (VLLM_CPU_KVCACHE_SPACE).
         enable_offload: offload weights / KV cache between phases when collocated.
-        mode: reference key kept for compatibility (collocate / disaggregate); the placement
+        mode: reference key kept for compatibility (collocate / disaggregate / hybrid); the placement
             decides the real mode.
         pipeline_stage_num: embodied: env/rollout pipeline stages.
         channel: see :class:`ChannelRef`.

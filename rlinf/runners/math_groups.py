@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from rlinf.config.math import MathConfig
 from rlinf.scheduler import Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
+from rlinf.utils.typed_config import ConfigError
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
 from rlinf.workers.inference.reference_worker import ReferenceWorker
 from rlinf.workers.reward.math_reward_worker import MathRewardWorker
@@ -38,6 +39,9 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
     rollout. Reference log-probs (``kl_beta > 0``) come from a separate inference group when
     ``inference`` is placed apart from the actor, else from a frozen copy inside the actor (as for
     the reference's ``actor,inference,rollout: all``)."""
+    if cfg.actor.training_backend != "fsdp":
+        raise ConfigError("actor.training_backend", f"{cfg.actor.training_backend!r} cannot train the "
+                          "math actor in this version; use fsdp (the Megatron actor is not built yet)")
     max_tokens = cfg.runner.max_tokens_per_mbs if cfg.runner.enable_dynamic_batch_size else None
     use_inference = (cfg.algorithm.kl_beta > 0 and "inference" in plan.components
                      and plan.mode("actor", "inference") == Mode.DISAGGREGATED)
