@@ -59,7 +59,8 @@ class ActorModelConfig:
         center_crop: embodied: centre-crop input images.
         do_sample: embodied: sample actions (else greedy).
         vocab_size: embodied: the policy's vocabulary size.
-        hidden_size: embodied: the policy's hidden size.
+        hidden_size: embodied: the policy's hidden size (openvla_oft: checked against the model
+            folder's LM width; cnn: width of the image / state features, null = 256).
         policy_setup: embodied: robot / policy setup name.
         image_size: embodied: input image size.
         is_lora: embodied: train LoRA adapters instead of the full weights.
@@ -70,6 +71,15 @@ class ActorModelConfig:
             model's default.
         low_cpu_mem_usage: HF ``low_cpu_mem_usage`` when loading.
         trust_remote_code: allow custom modelling code from the model folder.
+        policy_hidden_sizes: embodied mlp / cnn: widths of the actor's hidden layers; null = the
+            policy's default (mlp: 256, 256, 256; cnn: 256).
+        critic_hidden_sizes: embodied mlp / cnn: widths of the critic's hidden layers; null =
+            policy_hidden_sizes.
+        init_log_std: embodied mlp / cnn: initial log standard deviation of the Gaussian actions.
+        shared_critic_encoder: embodied cnn: the critic reads the actor's image encoder (else it
+            has its own).
+        add_value_head: embodied: build a value head (actor-critic, PPO); false for critic-free
+            algorithms (GRPO), then values are null.
     """
 
     model_path: str | None = None
@@ -120,6 +130,11 @@ class ActorModelConfig:
     attn_implementation: str | None = None
     low_cpu_mem_usage: bool = True
     trust_remote_code: bool = False
+    policy_hidden_sizes: tuple[int, ...] | None = None
+    critic_hidden_sizes: tuple[int, ...] | None = None
+    init_log_std: float = 0.0
+    shared_critic_encoder: bool = True
+    add_value_head: bool = True
 
 
 @dataclass(frozen=True)
