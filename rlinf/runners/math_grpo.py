@@ -33,15 +33,10 @@ from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.math_groups import MathGroups
 from rlinf.runners.math_pipeline import RolloutPipeline, Submitted
-from rlinf.utils.curves import plot_curves
+from rlinf.runners.schedule import ScheduledRunner
 from rlinf.utils.metric_logger import MetricLogger
 from rlinf.workers.actor.objectives import add_advantages
 from rlinf.workers.actor.sharding import plan_update
-
-
-#: Progress-bar labels of the metrics shown after each step.
-_BAR_KEYS = {"train_acc": "reward/accuracy", "val_acc": "val/accuracy", "kl": "actor/kl",
-             "s/step": "time/step"}
 
 
 def total_training_steps(cfg: MathConfig, batches_per_epoch: int) -> int:
@@ -50,7 +45,7 @@ def total_training_steps(cfg: MathConfig, batches_per_epoch: int) -> int:
     return min(steps, cfg.runner.max_steps) if cfg.runner.max_steps > 0 else steps
 
 
-class MathGRPORunner:
+class MathGRPORunner(ScheduledRunner):
     """Drives the groups of :class:`MathGroups` through training steps and validations.
 
     Args:
@@ -61,10 +56,16 @@ class MathGRPORunner:
         logger: where :meth:`fit` writes metrics (None: nowhere).
     """
 
+    BAR_KEYS = {"train_acc": "reward/accuracy", "val_acc": "val/accuracy", "kl": "actor/kl",
+                "s/step": "time/step"}
+    CURVE_KEYS = ("reward/mean", "reward/accuracy", "val/accuracy", "response/length_mean")
+    SUMMARY_KEY = "val/accuracy"
+
     def __init__(self, cfg: MathConfig, groups: MathGroups, train: PromptLoader,
                  val: PromptLoader | None, pad_token_id: int, logger: MetricLogger | None = None):
         self.cfg, self.groups, self.train, self.val = cfg, groups, train, val
         self.pad_token_id, self.logger = pad_token_id, logger
+        self.runner_cfg = cfg.runner
         self.pipeline = RolloutPipeline(cfg, groups, pad_token_id)
         self.collocated = self.pipeline.collocated
         self.step = 0
@@ -150,39 +151,16 @@ class MathGRPORunner:
                 "val/count": float(total)}
 
     # ---- the whole run ------------------------------------------------------------------------
+    def has_validation(self) -> bool:
+        return self.val is not None
+
     def fit(self) -> dict[str, float]:
-        """Train to ``total_steps``; returns first / last validation accuracy (when validating)."""
-        from tqdm import tqdm
-
-        runner = self.cfg.runner
-        if runner.val_check_interval > 0 and self.step == 0 and self.val is not None:
-            self._record({"step": 0.0, **self.validate()})
-        with tqdm(total=self.total_steps, initial=self.step, desc="grpo", unit="step",
-                  dynamic_ncols=True) as bar:
-            while self.step < self.total_steps:
-                metrics = self.train_step()
-                last = self.step == self.total_steps
-                if runner.val_check_interval > 0 and (self.step % runner.val_check_interval == 0 or last):
-                    metrics.update(self.validate())
-                self._record(metrics)
-                bar.set_postfix({name: f"{metrics[k]:.3f}" for name, k in _BAR_KEYS.items() if k in metrics})
-                bar.update(1)
-                if runner.save_interval > 0 and (self.step % runner.save_interval == 0 or last):
-                    self.save_checkpoint()
-        self._drain_ahead()
-        return self.summary()
-
-    def summary(self) -> dict[str, float]:
-        vals = [m["val/accuracy"] for m in self.history if "val/accuracy" in m]
-        out = {"steps": float(self.step)}
-        if vals:
-            out.update({"val/first_accuracy": vals[0], "val/last_accuracy": vals[-1]})
-        return out
-
-    def _record(self, metrics: dict[str, float]) -> None:
-        self.history.append(metrics)
-        if self.logger is not None:
-            self.logger.log({k: v for k, v in metrics.items() if k != "step"}, step=int(metrics["step"]))
+        """Train to ``total_steps`` (see :class:`ScheduledRunner`); returns first / last
+        validation accuracy."""
+        try:
+            return super().fit()
+        finally:
+            self._drain_ahead()
 
     def _drain_ahead(self) -> None:
         while self._ahead:
@@ -190,10 +168,6 @@ class MathGRPORunner:
             self.pipeline.discard(job)
 
     # ---- checkpoints and outputs --------------------------------------------------------------
-    @property
-    def run_dir(self) -> str:
-        return os.path.join(self.cfg.runner.output_dir, self.cfg.runner.experiment_name)
-
     def save_checkpoint(self) -> str:
         """Actor state + driver state at the current step; returns the step folder."""
         step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)
@@ -219,10 +193,6 @@ class MathGRPORunner:
         path = path or os.path.join(self.run_dir, "huggingface")
         self.groups.actor.export_hf(path).wait()
         return path
-
-    def plot(self, path: str) -> list[str]:
-        """Reward / accuracy / length curves of the run so far into a PNG."""
-        return plot_curves(self.history, path)
 
     def close(self) -> None:
         self._drain_ahead()
