@@ -20,8 +20,12 @@ def cluster_section(path: Path) -> dict:
     raw = yaml.safe_load(path.read_text())
     if path.parent.name != "config" or "defaults" not in raw:
         return raw["cluster"]
+    import os
+
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
+
+    os.environ.setdefault("REPO_PATH", str(ROOT))  # embodied configs find config/env/ through it
 
     with initialize_config_dir(str(path.parent), version_base="1.3"):
         return OmegaConf.to_container(compose(path.stem).cluster)

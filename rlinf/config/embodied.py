@@ -1,0 +1,147 @@
+"""The whole embodied-RL config: sections typed, cross-section rules checked before workers start.
+
+Example:
+    >>> cfg = EmbodiedConfig.from_dict({
+    ...     "cluster": {"num_nodes": 1, "accelerators_per_node": 2,
+    ...                 "component_placement": {"env": 0, "rollout": 1, "actor": "0-1"}},
+    ...     "runner": {"task_type": "embodied"},
+    ...     "algorithm": {"adv_type": "gae"},
+    ...     "env": {"train": {"env_type": "toy", "total_num_envs": 4},
+    ...             "eval": {"env_type": "toy", "total_num_envs": 4}},
+    ...     "actor": {"model": {"model_type": "mlp", "action_dim": 2, "num_action_chunks": 1},
+    ...               "micro_batch_size": 4, "global_batch_size": 8},
+    ... })
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: critic.use_critic_model: adv_type gae needs a value head: set it to true
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from rlinf.config.actor import ActorConfig
+from rlinf.config.algorithm import AlgorithmConfig
+from rlinf.config.env import EnvSectionConfig
+from rlinf.config.reward import CriticConfig
+from rlinf.config.rollout import RolloutConfig
+from rlinf.config.runner import RunnerConfig
+from rlinf.scheduler.config import ClusterConfig
+from rlinf.scheduler.placement import PlacementPlan
+from rlinf.utils.typed_config import check, parse_section
+
+#: Components an embodied run places; all three are required.
+EMBODIED_COMPONENTS = ("env", "rollout", "actor")
+
+
+@dataclass(frozen=True)
+class EmbodiedConfig:
+    """The root of an embodied run's config (``hydra:`` / ``defaults:`` are dropped first).
+
+    Attributes:
+        cluster: placement of env, rollout and actor workers.
+        env: the env worker group and its ``train`` / ``eval`` simulators.
+        runner: schedule, logging, checkpoints (``task_type: embodied``).
+        algorithm: ppo with ``adv_type: gae`` (value head) or grpo; reward / log-prob levels.
+        rollout: the policy-serving workers (``pipeline_stage_num``, ``backend: huggingface``).
+        actor: the policy model (``actor.model``), batch sizes, optimizer.
+        critic: ``use_critic_model`` turns on the policy's value head (needed by gae).
+    """
+
+    cluster: ClusterConfig
+    env: EnvSectionConfig
+    runner: RunnerConfig = field(default_factory=lambda: RunnerConfig(task_type="embodied"))
+    algorithm: AlgorithmConfig = field(default_factory=lambda: AlgorithmConfig(adv_type="gae"))
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "EmbodiedConfig":
+        """Parse a resolved config tree (all checks run, including those against the placement
+        when ``cluster.accelerators_per_node`` is given)."""
+        raw = {k: v for k, v in raw.items() if k not in ("hydra", "defaults")}
+        return parse_section(cls, raw, "")
+
+    @classmethod
+    def from_hydra(cls, cfg: Any) -> "EmbodiedConfig":
+        """Resolve a Hydra ``DictConfig`` (with rlinf's resolvers) and parse it."""
+        from omegaconf import OmegaConf
+
+        from rlinf.config.resolvers import register_resolvers
+
+        register_resolvers()
+        return cls.from_dict(OmegaConf.to_container(cfg, resolve=True))
+
+    @property
+    def chunk_steps(self) -> int:
+        """Policy steps (action chunks) of one training rollout epoch: the train episode length
+        divided by ``actor.model.num_action_chunks`` (rounded up)."""
+        steps = self.env.train.episode_steps or 50
+        return -(-steps // (self.actor.model.num_action_chunks or 1))
+
+    def validate(self, path: str) -> None:
+        names = [n.strip() for key in self.cluster.component_placement for n in str(key).split(",")]
+        for name in names:
+            check(name in EMBODIED_COMPONENTS, f"cluster.component_placement.{name}",
+                  f"unknown component; an embodied run places {', '.join(EMBODIED_COMPONENTS)}")
+        for required in EMBODIED_COMPONENTS:
+            check(required in names, "cluster.component_placement",
+                  f"missing component {required!r}; e.g. {{env,rollout,actor: all}}")
+        check(self.runner.task_type == "embodied", "runner.task_type", "must be embodied for this entry point")
+        algo, model = self.algorithm, self.actor.model
+        check(algo.adv_type in ("gae", "grpo"), "algorithm.adv_type",
+              f"embodied runs use gae (PPO with a value head) or grpo, got {algo.adv_type!r}")
+        check(algo.adv_type != "gae" or self.critic.use_critic_model, "critic.use_critic_model",
+              "adv_type gae needs a value head: set it to true")
+        check(algo.kl_beta == 0, "algorithm.kl_beta", "a KL term to a reference policy is not "
+              "available for embodied runs yet; set 0")
+        check(algo.loss_type == "ppo", "algorithm.loss_type", "embodied runs use ppo")
+        for key in ("model_type", "action_dim", "num_action_chunks"):
+            check(getattr(model, key) is not None, f"actor.model.{key}", "missing")
+        if algo.adv_type == "grpo":
+            train = self.env.train
+            check(train.use_fixed_reset_state_ids, "env.train.use_fixed_reset_state_ids",
+                  "grpo compares episodes that start from the same state: set it to true")
+            check(train.group_size > 1, "env.train.group_size",
+                  f"grpo needs groups of > 1 environments, got {train.group_size}")
+            check(train.group_size == algo.group_size, "env.train.group_size",
+                  f"{train.group_size} differs from algorithm.group_size {algo.group_size} "
+                  "(write group_size: ${algorithm.group_size})")
+        for split in ("train", "eval"):
+            check(getattr(self.env, split).total_num_envs is not None, f"env.{split}.total_num_envs",
+                  "missing: how many environments in all")
+        for key in ("micro_batch_size", "global_batch_size"):
+            check(getattr(self.actor, key) is not None and getattr(self.actor, key) >= 1,
+                  f"actor.{key}", "missing or < 1")
+        check(self.rollout.backend == "huggingface", "rollout.backend",
+              "embodied policies are served by the huggingface (plain torch) backend")
+        if self.cluster.accelerators_per_node is not None:
+            self.check_against_plan(self.cluster.plan())
+
+    def check_against_plan(self, plan: PlacementPlan) -> None:
+        """Env counts and batch sizes that depend on each group's process count."""
+        env_ws, roll_ws = plan.component("env").world_size, plan.component("rollout").world_size
+        actor_ws = plan.component("actor").world_size
+        stages = self.rollout.pipeline_stage_num
+        check(env_ws % roll_ws == 0, "cluster.component_placement.rollout",
+              f"each rollout process serves whole env processes: {env_ws} env processes are not "
+              f"divisible by {roll_ws} rollout processes")
+        for split in ("train", "eval"):
+            n = getattr(self.env, split).total_num_envs
+            check(n % (env_ws * stages) == 0, f"env.{split}.total_num_envs",
+                  f"{n} environments do not split evenly over {env_ws} env processes x "
+                  f"{stages} pipeline stages (rollout.pipeline_stage_num)")
+            group = getattr(self.env, split).group_size
+            check((n // (env_ws * stages)) % group == 0, f"env.{split}.group_size",
+                  f"each stage of each env process holds {n // (env_ws * stages)} environments, "
+                  f"not a multiple of group_size {group}")
+        samples = self.env.train.total_num_envs * self.chunk_steps * self.algorithm.rollout_epoch
+        gbs, mbs = self.actor.global_batch_size, self.actor.micro_batch_size
+        check(samples % gbs == 0, "actor.global_batch_size",
+              f"a training step collects {samples} samples (total_num_envs x chunk steps x "
+              f"rollout_epoch), not divisible into global batches of {gbs}")
+        check(gbs % (mbs * actor_ws) == 0, "actor.micro_batch_size",
+              f"a global batch of {gbs} does not split into micro-batches of {mbs} on each of "
+              f"{actor_ws} actor processes")

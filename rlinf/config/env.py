@@ -1,0 +1,210 @@
+"""``env:`` — the simulators of an embodied run: ``env.train`` and ``env.eval`` (one env group each).
+
+Keys follow the reference's embodied section; keys marked *(our key)* are rlinf's own. Shared
+groups live in ``config/env/*.yaml`` and are pulled in with Hydra defaults
+(``- env/maniskill_pick_cube@env.train``).
+
+Example:
+    >>> cfg = parse_section(EnvConfig, {"env_type": "libero", "task_suite_name": "libero_spatial",
+    ...                                 "task_ids": [0, 3], "total_num_envs": 4, "group_size": 2},
+    ...                     "env.train")
+    >>> cfg.task_suite_name, cfg.task_ids, cfg.episode_steps
+    ('libero_spatial', (0, 3), 220)
+    >>> parse_section(EnvConfig, {"env_type": "libero", "task_suite_name": "libero_100"}, "env.eval")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: env.eval.task_suite_name: 'libero_100' is not a LIBERO suite; expected one of libero_spatial, libero_object, libero_goal, libero_10, libero_90
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlinf.config.rollout import ChannelRef
+from rlinf.utils.typed_config import check, parse_section
+
+__all__ = ["EnvConfig", "EnvInitParams", "EnvSectionConfig", "LIBERO_SUITES", "VideoConfig"]
+
+#: LIBERO suites -> (number of tasks, default max_episode_steps). The step budgets are those the
+#: OpenVLA / OpenVLA-OFT LIBERO evaluations use (longest demonstration plus a margin).
+LIBERO_SUITES: dict[str, tuple[int, int]] = {
+    "libero_spatial": (10, 220),
+    "libero_object": (10, 280),
+    "libero_goal": (10, 300),
+    "libero_10": (10, 520),
+    "libero_90": (90, 400),
+}
+
+
+@dataclass(frozen=True)
+class VideoConfig:
+    """``env.<train|eval>.video_cfg``: episode videos written by the env worker.
+
+    Attributes:
+        save_video: write mp4 videos of episodes.
+        info_on_video: draw step, reward and success on each frame.
+        video_base_dir: folder the videos go to (the reference sets
+            ``${runner.logger.log_path}/video/train``).
+        fps: frames per second of the written videos (our key).
+    """
+
+    save_video: bool = False
+    info_on_video: bool = True
+    video_base_dir: str = "results/video"
+    fps: int = 10
+
+    def validate(self, path: str) -> None:
+        check(self.fps >= 1, f"{path}.fps", f"must be >= 1, got {self.fps}")
+
+
+@dataclass(frozen=True)
+class EnvInitParams:
+    """``env.<train|eval>.init_params``: arguments for building each simulator.
+
+    Attributes:
+        camera_heights, camera_widths: camera image size in pixels; null = the simulator's
+            default (ManiSkill: the task's sensor size, LIBERO: 128).
+        id: ManiSkill task id (``PickCube-v1``); required for ``env_type: maniskill``.
+        obs_mode: ManiSkill observation mode: ``state`` or ``rgb`` (``rgb+segmentation`` for the
+            bridge digital-twin tasks). LIBERO always returns images and proprio state.
+        control_mode: ManiSkill controller (``pd_ee_delta_pose``, ...); null = the task's default.
+        reward_mode: ManiSkill reward (``sparse``, ``dense``, ``normalized_dense``, ``none``);
+            null = the task's default. LIBERO's reward is success (0 or 1).
+        sim_backend: ManiSkill physics: ``cpu`` (one env per process), ``gpu`` (all envs in one
+            process on CUDA) or ``auto`` (gpu when CUDA is available).
+        sim_config: extra ManiSkill ``sim_config`` (``sim_freq``, ``control_freq``, ...).
+        sensor_configs: extra ManiSkill ``sensor_configs`` (``shader_pack``, ...).
+        human_render_camera_configs: ManiSkill render camera for videos (``width``, ``height``).
+        camera_names: LIBERO cameras returned as images (our key).
+        shadows: LIBERO: MuJoCo shadows and multisampling in offscreen rendering; off renders about
+            1.6x faster on CPU (our key).
+    """
+
+    camera_heights: int | None = None
+    camera_widths: int | None = None
+    id: str | None = None
+    obs_mode: str = "state"
+    control_mode: str | None = None
+    reward_mode: str | None = None
+    sim_backend: Literal["auto", "cpu", "gpu"] = "auto"
+    sim_config: dict[str, Any] = field(default_factory=dict)
+    sensor_configs: dict[str, Any] = field(default_factory=dict)
+    human_render_camera_configs: dict[str, Any] = field(default_factory=dict)
+    camera_names: tuple[str, ...] = ("agentview", "robot0_eye_in_hand")
+    shadows: bool = False
+
+    def validate(self, path: str) -> None:
+        for key in ("camera_heights", "camera_widths"):
+            value = getattr(self, key)
+            check(value is None or value >= 8, f"{path}.{key}", f"must be >= 8 or null, got {value}")
+        check(len(self.camera_names) >= 1, f"{path}.camera_names", "name at least one camera")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """``env.train`` / ``env.eval``: one group of vectorised simulators.
+
+    Attributes:
+        env_type: simulator: ``maniskill`` (ManiSkill3), ``libero`` or ``toy`` (a pure-numpy
+            reaching task for tests and debugging).
+        task_suite_name: LIBERO suite (libero_spatial, libero_object, libero_goal, libero_10,
+            libero_90).
+        task_ids: LIBERO tasks of the suite to use; null = all (our key).
+        total_num_envs: parallel environments of this group across all env workers; null = set
+            by the runner.
+        auto_reset: reset an environment as soon as its episode ends (the step result then
+            carries the finished episode's last observation separately).
+        ignore_terminations: episodes end only at ``max_episode_steps``; successes are still
+            reported every step.
+        use_fixed_reset_state_ids: every group of ``group_size`` environments starts from the
+            same initial state, drawn once per reset and reused by auto-resets (true for GRPO).
+            False: each episode starts from a freshly drawn state.
+        max_episode_steps: steps after which an episode is truncated; null = the simulator's
+            default (ManiSkill: the task's registered limit, LIBERO: per suite, see
+            :data:`LIBERO_SUITES`).
+        use_rel_reward: reward is the difference between this step's and the previous step's
+            (scaled) reward.
+        reward_coef: scale of the simulator's reward.
+        seed: seed of the reset-state draws (same seed, same sequence of initial states).
+        group_size: environments per group sharing an initial state.
+        video_cfg: see :class:`VideoConfig`.
+        init_params: see :class:`EnvInitParams`.
+        step_timeout_s: a simulator process that does not answer a step, reset or render within
+            this many seconds is reported as hung (our key).
+        start_timeout_s: limit for starting a simulator process and building its environment
+            (our key).
+    """
+
+    env_type: Literal["maniskill", "libero", "toy"]
+    task_suite_name: str | None = None
+    task_ids: tuple[int, ...] | None = None
+    total_num_envs: int | None = None
+    auto_reset: bool = False
+    ignore_terminations: bool = False
+    use_fixed_reset_state_ids: bool = False
+    max_episode_steps: int | None = None
+    use_rel_reward: bool = False
+    reward_coef: float = 1.0
+    seed: int = 0
+    group_size: int = 1
+    video_cfg: VideoConfig = field(default_factory=VideoConfig)
+    init_params: EnvInitParams = field(default_factory=EnvInitParams)
+    step_timeout_s: float = 60.0
+    start_timeout_s: float = 300.0
+
+    @property
+    def episode_steps(self) -> int | None:
+        """``max_episode_steps``, or the LIBERO suite's default; None = the simulator's default
+        (ManiSkill: the task's registered limit, toy: 20)."""
+        if self.max_episode_steps is not None:
+            return self.max_episode_steps
+        if self.env_type == "libero" and self.task_suite_name in LIBERO_SUITES:
+            return LIBERO_SUITES[self.task_suite_name][1]
+        return None
+
+    def validate(self, path: str) -> None:
+        check(self.group_size >= 1, f"{path}.group_size", f"must be >= 1, got {self.group_size}")
+        if self.total_num_envs is not None:
+            check(self.total_num_envs >= 1, f"{path}.total_num_envs",
+                  f"must be >= 1 or null, got {self.total_num_envs}")
+            check(self.total_num_envs % self.group_size == 0, f"{path}.total_num_envs",
+                  f"{self.total_num_envs} is not a multiple of group_size {self.group_size}")
+        check(self.max_episode_steps is None or self.max_episode_steps >= 1, f"{path}.max_episode_steps",
+              f"must be >= 1 or null, got {self.max_episode_steps}")
+        for key in ("step_timeout_s", "start_timeout_s"):
+            check(getattr(self, key) > 0, f"{path}.{key}", f"must be > 0, got {getattr(self, key)}")
+        if self.env_type == "maniskill":
+            check(bool(self.init_params.id), f"{path}.init_params.id",
+                  "env_type maniskill needs a task id (e.g. PickCube-v1)")
+        if self.env_type == "libero":
+            suites = ", ".join(LIBERO_SUITES)
+            check(self.task_suite_name is not None, f"{path}.task_suite_name",
+                  f"env_type libero needs a suite; one of {suites}")
+            check(self.task_suite_name in LIBERO_SUITES, f"{path}.task_suite_name",
+                  f"{self.task_suite_name!r} is not a LIBERO suite; expected one of {suites}")
+            n_tasks = LIBERO_SUITES[self.task_suite_name][0]
+            for i, task_id in enumerate(self.task_ids or ()):
+                check(0 <= task_id < n_tasks, f"{path}.task_ids[{i}]",
+                      f"{self.task_suite_name} has tasks 0..{n_tasks - 1}, got {task_id}")
+
+
+@dataclass(frozen=True)
+class EnvSectionConfig:
+    """``env``: the env worker group and its two simulator groups.
+
+    Attributes:
+        group_name: worker group name.
+        channel: the channel observations go out on (``env_buffer_list`` / ``obs_buffer``).
+        enable_offload: release simulator memory between phases when collocated.
+        train: simulators used for training rollouts.
+        eval: simulators used for evaluation (the runner decides when, e.g.
+            ``runner.val_check_interval``).
+    """
+
+    train: EnvConfig
+    eval: EnvConfig
+    group_name: str = "EnvGroup"
+    channel: ChannelRef = field(default_factory=lambda: ChannelRef(name="env_buffer_list",
+                                                                   queue_name="obs_buffer"))
+    enable_offload: bool = False

@@ -1,0 +1,162 @@
+"""One environment (the unit a simulator process holds) and the in-process batch of them.
+
+A :class:`SingleEnv` knows physics and rendering only; episode rules live in
+:class:`~rlinf.engines.simulators.episodes.EpisodeVectorEnv`. Its results are plain numpy
+(:class:`SingleObs`, :class:`SingleStep`) so they pickle cheaply through a process pipe.
+:class:`SerialBatchSim` steps a list of them in the calling process (tests, debugging with pdb);
+:class:`~rlinf.engines.simulators.subproc.SubprocBatchSim` gives each its own process.
+
+Example:
+    >>> from rlinf.engines.simulators.toy import ToyReachEnv
+    >>> sim = SerialBatchSim([ToyReachEnv(), ToyReachEnv()])
+    >>> obs = sim.reset(np.array([0, 1]), np.array([7, 7]))
+    >>> bool((obs.states[0] == obs.states[1]).all())   # same state id, same initial state
+    True
+    >>> sim.step(np.zeros((2, 2), dtype=np.float32)).rewards.shape
+    torch.Size([2])
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from rlinf.engines.simulators.base import EnvObs
+from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
+
+__all__ = ["SerialBatchSim", "SingleEnv", "SingleObs", "SingleStep", "stack_obs", "stack_steps"]
+
+
+@dataclass
+class SingleObs:
+    """One environment's observation.
+
+    Attributes:
+        state: ``[D]`` float32 or None.
+        images: camera name -> ``[H, W, 3]`` uint8, upright.
+        task_description: language instruction or None.
+    """
+
+    state: np.ndarray | None = None
+    images: dict[str, np.ndarray] = field(default_factory=dict)
+    task_description: str | None = None
+
+
+@dataclass
+class SingleStep:
+    """One environment's step.
+
+    Attributes:
+        obs: observation after the step.
+        reward: the simulator's reward (before ``reward_coef``).
+        terminated: the task ended (success or failure).
+        success: the success criterion holds.
+        extras: more per-step numbers worth reporting (same keys every step).
+    """
+
+    obs: SingleObs
+    reward: float
+    terminated: bool
+    success: bool
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+class SingleEnv(ABC):
+    """One simulator instance. ``task_name`` names it in error messages."""
+
+    task_name: str = "?"
+
+    @abstractmethod
+    def spec(self) -> SimSpec:
+        """Action bounds, default episode length, reset-state count."""
+
+    @abstractmethod
+    def reset(self, state_id: int) -> SingleObs:
+        """Start an episode from initial state ``state_id`` (deterministic for a given id)."""
+
+    @abstractmethod
+    def step(self, action: np.ndarray) -> SingleStep:
+        """Apply one ``[A]`` float32 action."""
+
+    @abstractmethod
+    def render(self) -> np.ndarray:
+        """``[H, W, 3]`` uint8 frame of the current state."""
+
+    def close(self) -> None:
+        """Release the simulator."""
+
+
+def stack_obs(items: Sequence[SingleObs]) -> EnvObs:
+    """Batch per-environment observations into an :class:`EnvObs` (rows in order)."""
+    states = None
+    if items and items[0].state is not None:
+        states = torch.from_numpy(np.stack([o.state for o in items]).astype(np.float32, copy=False))
+    images = {name: torch.from_numpy(np.stack([o.images[name] for o in items]))
+              for name in (items[0].images if items else {})}
+    descriptions = [o.task_description for o in items]
+    return EnvObs(states=states, images=images,
+                  task_descriptions=None if all(d is None for d in descriptions) else
+                  [d or "" for d in descriptions])
+
+
+def stack_steps(steps: Sequence[SingleStep]) -> SimStep:
+    """Batch per-environment steps into a :class:`SimStep`."""
+    extras = {key: torch.tensor([s.extras[key] for s in steps], dtype=torch.float32)
+              for key in (steps[0].extras if steps else {})}
+    return SimStep(
+        obs=stack_obs([s.obs for s in steps]),
+        rewards=torch.tensor([s.reward for s in steps], dtype=torch.float32),
+        terminations=torch.tensor([s.terminated for s in steps], dtype=torch.bool),
+        successes=torch.tensor([s.success for s in steps], dtype=torch.bool),
+        extras=extras,
+    )
+
+
+class SerialBatchSim(BatchSim):
+    """A batch of :class:`SingleEnv` run one after another in this process."""
+
+    def __init__(self, envs: Sequence[SingleEnv]):
+        if not envs:
+            raise ValueError("SerialBatchSim needs at least one environment")
+        self._envs = list(envs)
+        spec = self._envs[0].spec()
+        self._spec = spec
+        self._last: list[SingleObs | None] = [None] * len(self._envs)
+
+    @property
+    def num_envs(self) -> int:
+        return len(self._envs)
+
+    @property
+    def spec(self) -> SimSpec:
+        return self._spec
+
+    def reset(self, env_ids: np.ndarray, state_ids: np.ndarray) -> EnvObs:
+        for i in env_ids.tolist():
+            self._last[i] = self._envs[i].reset(int(state_ids[i]))
+        return stack_obs(self._require_all())
+
+    def step(self, actions: np.ndarray | torch.Tensor) -> SimStep:
+        acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else actions
+        steps = [env.step(np.asarray(a, dtype=np.float32)) for env, a in zip(self._envs, acts)]
+        for i, s in enumerate(steps):
+            self._last[i] = s.obs
+        return stack_steps(steps)
+
+    def render(self) -> np.ndarray:
+        return np.stack([env.render() for env in self._envs])
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs = []
+
+    def _require_all(self) -> list[SingleObs]:
+        missing = [i for i, o in enumerate(self._last) if o is None]
+        if missing:
+            raise RuntimeError(f"envs {missing} were never reset")
+        return self._last  # type: ignore[return-value]

@@ -1,0 +1,62 @@
+"""Everything an embodied run does between a Hydra config and its result, in order.
+
+    config -> typed config (fails before any worker starts) -> Ray cluster + placement plan
+    -> env workers (report the observation spec) -> rollout and actor groups -> runner
+    (resume?) -> fit / only_eval -> saved policy, curve PNG, summary
+
+``examples/embodiment/main_embodied.py`` is a thin Hydra wrapper around :func:`run_embodied`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from rlinf.config.embodied import EmbodiedConfig
+
+
+def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
+    """Run the embodied RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict).
+
+    Returns ``steps`` and, when evaluating, ``val/first_success_rate`` / ``val/last_success_rate``
+    (or the eval metrics with ``runner.only_eval``).
+    """
+    from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+    from rlinf.scheduler import Cluster
+    from rlinf.utils.metric_logger import MetricLogger
+
+    cfg = EmbodiedConfig.from_dict(raw) if isinstance(raw, dict) else EmbodiedConfig.from_hydra(raw)
+    cluster = Cluster.from_config(cfg.cluster)
+    plan = cfg.cluster.plan(cluster.shape)
+    cfg.check_against_plan(plan)
+    lg = cfg.runner.logger
+    logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
+                          append=cfg.runner.resume_dir is not None)
+    modes = ", ".join(f"{a}-{b} {plan.mode(a, b).value}" for a, b in
+                      (("env", "rollout"), ("rollout", "actor"), ("env", "actor")))
+    print_fn(f"[rlinf] embodied {cfg.algorithm.adv_type}: {cfg.env.train.env_type} "
+             f"{cfg.env.train.init_params.id or cfg.env.train.task_suite_name or ''}, "
+             f"{cfg.env.train.total_num_envs} train envs, policy {cfg.actor.model.model_type}, "
+             f"{cfg.rollout.pipeline_stage_num} pipeline stage(s); {modes}; logs in {lg.log_path}")
+    groups = launch_embodied_groups(cfg, cluster, plan)
+    runner = None
+    try:
+        runner = EmbodiedRunner(cfg, groups, logger)
+        if cfg.runner.resume_dir:
+            runner.load_checkpoint(cfg.runner.resume_dir)
+            print_fn(f"[rlinf] resumed at step {runner.step} from {cfg.runner.resume_dir}")
+        if cfg.runner.only_eval:
+            metrics = runner.validate()
+            logger.log(metrics, step=runner.step)
+            return {"steps": float(runner.step), **metrics}
+        summary = runner.fit()
+        if cfg.runner.export_hf:
+            print_fn(f"[rlinf] trained policy saved to {runner.save_policy()}")
+        if cfg.runner.plot_curves and runner.plot(os.path.join(lg.log_path, "curves.png")):
+            print_fn(f"[rlinf] curves: {os.path.join(lg.log_path, 'curves.png')}")
+        return summary
+    finally:
+        if runner is not None:
+            runner.close()
+        groups.shutdown()
+        logger.close()

@@ -1,0 +1,221 @@
+"""Embodied RL (PPO with GAE, or GRPO over groups sharing a reset state). One training step:
+
+    1. rollout      <- ``rollout_epoch`` x T policy steps over every train env           (env <-> rollout)
+                       T = train episode length / num_action_chunks; stages pipelined
+    2. advantages   <- gae: rewards at ``reward_type`` granularity, values, episode ends
+                       grpo: episode return of each env vs its group                      (driver)
+    3. update       <- ``update_epochs`` x (samples / global_batch_size) optimizer steps  (actor)
+    4. weight sync  <- actor rank 0 -> every rollout rank, in place
+
+Evaluation (deterministic actions on the eval envs, videos when ``env.eval.video_cfg.save_video``)
+runs before the first step, every ``runner.val_check_interval`` steps and after the last.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import torch
+
+from rlinf.algorithms.embodied import (
+    chunk_rewards,
+    compute_embodied_gae,
+    compute_embodied_grpo,
+    episode_mask,
+    flatten_actions,
+)
+from rlinf.config.embodied import EmbodiedConfig
+from rlinf.data.embodied_batch import EmbodiedBatch, Trajectory
+from rlinf.models.embodied.base import ObsSpec
+from rlinf.runners import checkpoint as ckpt
+from rlinf.runners.schedule import ScheduledRunner
+from rlinf.scheduler import Channel, Cluster, PlacementPlan, TensorLink, WorkerGroup
+from rlinf.utils.metric_logger import MetricLogger
+from rlinf.workers.actor.embodied_actor import POLICY_LINK, EmbodiedActorWorker
+from rlinf.workers.env.env_worker import EnvWorker
+from rlinf.workers.env.messages import EpisodeStats
+from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker
+
+
+@dataclass
+class EmbodiedGroups:
+    """The launched env, rollout and actor groups and the observation spec they agreed on."""
+
+    env: WorkerGroup
+    rollout: WorkerGroup
+    actor: WorkerGroup
+    obs_spec: ObsSpec
+
+    def shutdown(self) -> None:
+        try:
+            self.env.execute("close").wait(timeout=60)
+        finally:
+            for group in (self.env, self.rollout, self.actor):
+                group.shutdown()
+
+
+def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: PlacementPlan) -> EmbodiedGroups:
+    """Start env workers (which report the observation spec), then rollout and actor groups
+    sized from it; link actor -> rollout."""
+    stages, model = cfg.rollout.pipeline_stage_num, cfg.actor.model
+    env = WorkerGroup.launch(cluster, EnvWorker, plan.component("env"), name="env",
+                             args=(cfg.env, stages, model.num_action_chunks))
+    try:
+        obs_spec = env.execute("obs_spec", ranks=[0]).wait()[0]
+        temperature = cfg.algorithm.sampling_params.temperature
+        rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"), name="rollout",
+                                     args=(model, obs_spec, env.world_size, stages, temperature))
+        actor = WorkerGroup.launch(cluster, EmbodiedActorWorker, plan.component("actor"), name="actor",
+                                   args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip))
+    except BaseException:
+        env.shutdown()
+        raise
+    TensorLink.connect(POLICY_LINK, actor, 0, rollout)
+    return EmbodiedGroups(env, rollout, actor, obs_spec)
+
+
+def compute_advantages(traj: Trajectory, cfg: EmbodiedConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages, returns)`` ``[T, N]`` (chunk-level) or ``[T, N, K]`` (action-level)."""
+    algo = cfg.algorithm
+    rewards = chunk_rewards(traj.rewards, algo.reward_type)
+    if algo.adv_type == "grpo":
+        alive = episode_mask(traj.dones).float()
+        per_step = rewards if rewards.dim() == 2 else rewards.sum(-1)
+        episode_returns = (per_step * alive).sum(dim=0)
+        adv_env = compute_embodied_grpo(episode_returns, cfg.env.train.group_size,
+                                        normalize_advantages=algo.normalize_advantages)
+        adv = adv_env.unsqueeze(0) * alive
+        if rewards.dim() == 3:
+            adv = adv.unsqueeze(-1).expand_as(rewards)
+        return adv, torch.zeros_like(adv)
+    if traj.values is None:
+        raise ValueError("gae needs values: the policy has no value head (critic.use_critic_model)")
+    boot = algo.gamma * (traj.bootstrap_values if traj.bootstrap_values is not None
+                         else torch.zeros_like(traj.dones, dtype=torch.float32))
+    if rewards.dim() == 2:
+        return compute_embodied_gae(rewards + boot, traj.values, traj.dones, algo.gamma, algo.lam,
+                                    algo.normalize_advantages)
+    T, N, K = rewards.shape
+    rewards = rewards.clone()
+    rewards[:, :, -1] += boot
+    flat_r, flat_d = flatten_actions(rewards, traj.dones)
+    flat_v = torch.cat([flatten_actions(traj.values[:T]), traj.values[T][:, :1].T], dim=0)
+    adv, ret = compute_embodied_gae(flat_r, flat_v, flat_d, algo.gamma, algo.lam, algo.normalize_advantages)
+    unflat = lambda x: x.reshape(T, K, N).permute(0, 2, 1)  # noqa: E731
+    return unflat(adv), unflat(ret)
+
+
+class EmbodiedRunner(ScheduledRunner):
+    """Drives env, rollout and actor groups through training steps and evaluations.
+
+    Args:
+        cfg: the run's config.
+        groups: launched groups (:func:`launch_embodied_groups`).
+        logger: where :meth:`fit` writes metrics (None: nowhere).
+    """
+
+    BAR_KEYS = {"train_sr": "env/success_rate", "eval_sr": "eval/success_rate", "s/step": "time/step"}
+    CURVE_KEYS = ("env/success_rate", "eval/success_rate", "env/episode_return", "actor/value_loss")
+    SUMMARY_KEY = "eval/success_rate"
+
+    def __init__(self, cfg: EmbodiedConfig, groups: EmbodiedGroups, logger: MetricLogger | None = None):
+        self.cfg, self.groups, self.logger = cfg, groups, logger
+        self.runner_cfg = cfg.runner
+        self.step = 0
+        self.total_steps = cfg.runner.max_steps if cfg.runner.max_steps > 0 else cfg.runner.max_epochs
+        self.history: list[dict[str, float]] = []
+        self.channel = Channel.create(f"{cfg.env.channel.name}-{uuid.uuid4().hex[:8]}")
+        self._rollouts = 0
+        self.sync_weights()  # the rollout group starts from the actor's initial weights
+
+    # ---- one training step ------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        parts, stats = [], EpisodeStats()
+        for _ in range(self.cfg.algorithm.rollout_epoch):                                     # 1
+            traj_parts, epoch_stats = self.rollout("train", seed=self.cfg.runner.seed + self._rollouts,
+                                                   record=True)
+            parts += traj_parts
+            stats = stats.merge(epoch_stats)
+        traj = Trajectory.concat_envs(parts)
+        t_rollout = time.perf_counter() - t0
+        advantages, returns = compute_advantages(traj, self.cfg)                              # 2
+        batch = traj.to_batch(advantages, returns)
+        t1 = time.perf_counter()
+        actor_metrics = self.update(batch)                                                    # 3
+        t_update = time.perf_counter() - t1
+        self.step += 1
+        t2 = time.perf_counter()
+        self.sync_weights()                                                                   # 4
+        steps = traj.num_steps * traj.num_envs * traj.raw_actions.shape[2]
+        elapsed = time.perf_counter() - t0
+        return {**stats.metrics("env"), **actor_metrics, "step": float(self.step),
+                "advantage/mean": float(advantages.mean()), "advantage/std": float(advantages.std()),
+                "reward/step_mean": float(traj.rewards.sum(-1).mean()),
+                "time/rollout": t_rollout, "time/update": t_update, "time/sync": time.perf_counter() - t2,
+                "time/step": elapsed, "throughput/env_steps_per_s": steps / max(t_rollout, 1e-9)}
+
+    def rollout(self, split: str, seed: int, record: bool,
+                video_name: str | None = None) -> tuple[list[Trajectory], EpisodeStats]:
+        """One pass of ``split``'s envs: env workers step, rollout workers act (pipelined)."""
+        env_cfg = self.cfg.env.train if split == "train" else self.cfg.env.eval
+        steps = -(-(env_cfg.episode_steps or 50) // self.cfg.actor.model.num_action_chunks)
+        tag = f"{split}{self._rollouts}"
+        self._rollouts += 1
+        env_call = self.groups.env.execute("run", split, self.channel, tag, steps, seed, video_name)
+        roll_call = self.groups.rollout.execute("run", self.channel, tag, steps, seed,
+                                                split == "eval", record)
+        trajs = roll_call.wait()
+        stats = EpisodeStats()
+        for s in env_call.wait():
+            stats = stats.merge(s)
+        return [t for t in trajs if t is not None], stats
+
+    def update(self, batch: EmbodiedBatch) -> dict[str, float]:
+        actor = self.groups.actor
+        num_minibatches = batch.size // self.cfg.actor.global_batch_size
+        shards = batch.split(actor.world_size)
+        return actor.execute_each("update", [(s, num_minibatches) for s in shards]).wait()[0]
+
+    def sync_weights(self) -> None:
+        receiving = self.groups.rollout.execute("receive_weights", self.step)
+        self.groups.actor.send_weights().wait()
+        receiving.wait()
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    def validate(self) -> dict[str, float]:
+        """Deterministic actions on the eval envs (the same initial states every time)."""
+        video = self.cfg.env.eval.video_cfg.save_video
+        _, stats = self.rollout("eval", seed=self.cfg.env.eval.seed, record=False,
+                                video_name=f"eval_step{self.step}" if video else None)
+        return stats.metrics("eval")
+
+    # ---- checkpoints and outputs --------------------------------------------------------------
+    def save_checkpoint(self) -> str:
+        step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)
+        self.groups.actor.save_checkpoint(os.path.join(step_dir, "actor")).wait()
+        ckpt.write_trainer_state(step_dir, {"step": self.step, "rollouts": self._rollouts,
+                                            "history": self.history})
+        return step_dir
+
+    def load_checkpoint(self, path: str) -> None:
+        step_dir = ckpt.resolve_resume_dir(path)
+        state = ckpt.read_trainer_state(step_dir)
+        self.groups.actor.load_checkpoint(os.path.join(step_dir, "actor")).wait()
+        self.step, self._rollouts = int(state["step"]), int(state["rollouts"])
+        self.history = list(state["history"])
+        self.sync_weights()
+
+    def save_policy(self, path: str | None = None) -> str:
+        """The trained policy as a model folder (default ``<run>/policy``)."""
+        path = path or os.path.join(self.run_dir, "policy")
+        self.groups.actor.save_policy(path).wait()
+        return path
+
+    def close(self) -> None:
+        import ray
+
+        ray.kill(self.channel._actor)

@@ -1,0 +1,141 @@
+"""The embodied actor worker: an FSDP2-sharded policy (with value head) trained by PPO / GRPO.
+
+Each rank gets an equal shard of the step's samples. Per ``algorithm.update_epochs`` pass the
+shard is shuffled and cut into ``samples / actor.global_batch_size`` minibatches (one optimizer
+step each), every minibatch into micro-batches of ``actor.micro_batch_size`` (gradient
+accumulation). The critic's parameters use ``actor.optim.value_lr`` when set.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+
+from rlinf.config.actor import ActorConfig
+from rlinf.config.algorithm import AlgorithmConfig
+from rlinf.data.embodied_batch import EmbodiedBatch
+from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded
+from rlinf.engines.training.fsdp_utils import build_mesh
+from rlinf.models.embodied import build_policy
+from rlinf.models.embodied.base import ObsSpec
+from rlinf.scheduler import Worker
+from rlinf.workers.actor.embodied_objectives import embodied_ppo_loss
+
+#: The tensor link the actor's rank 0 sends policy weights on.
+POLICY_LINK = "actor_to_rollout_policy"
+
+
+def _is_critic(name: str) -> bool:
+    return "critic" in name or "value_head" in name
+
+
+class EmbodiedActorWorker(Worker):
+    """One rank of the embodied actor group.
+
+    Args:
+        actor: ``actor:`` section (``model`` builds the policy; batch sizes; optimizer).
+        algorithm: ``algorithm:`` section.
+        obs_spec: what the simulators give (sizes the policy).
+        value_clip: ``critic.value_clip``.
+    """
+
+    def __init__(self, actor: ActorConfig, algorithm: AlgorithmConfig, obs_spec: ObsSpec,
+                 value_clip: float | None = 0.2):
+        torch.manual_seed(actor.seed)
+        self.init_process_group()
+        self.actor, self.algorithm, self.value_clip = actor, algorithm, value_clip
+        self.obs_spec = obs_spec
+        device = self.device
+        policy = build_policy(actor.model, obs_spec, temperature=algorithm.sampling_params.temperature)
+        policy.to(device)
+        mesh = build_mesh(device.type, self.world_size, actor.fsdp_config.sharding_strategy,
+                          actor.fsdp_config.fsdp_size)
+        fully_shard(policy, mesh=mesh)
+        self.policy = policy
+        o = actor.optim
+        params = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]
+        groups = [{"params": [p for n, p in params if not _is_critic(n)], "lr": o.lr}]
+        critic = [p for n, p in params if _is_critic(n)]
+        if critic:
+            groups.append({"params": critic, "lr": o.value_lr if o.value_lr is not None else o.lr})
+        self.optimizer = torch.optim.AdamW(groups, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
+                                           weight_decay=o.weight_decay)
+        self.step = 0
+        self.generator = torch.Generator().manual_seed(actor.seed + self.rank)
+
+    def update(self, shard: EmbodiedBatch, num_minibatches: int) -> dict[str, float]:
+        """PPO passes over this rank's shard; returns the mean of every micro-batch's metrics plus
+        ``grad_norm`` (mean over optimizer steps) — the same on every rank's call order."""
+        algo, mbs = self.algorithm, self.actor.micro_batch_size
+        per_minibatch = shard.size // num_minibatches
+        sums: dict[str, float] = {}
+        count, grad_norms = 0, []
+        self.policy.train()
+        for _ in range(algo.update_epochs):
+            order = torch.randperm(shard.size, generator=self.generator)
+            for b in range(num_minibatches):
+                minibatch = shard.select(order[b * per_minibatch:(b + 1) * per_minibatch])
+                micro = [minibatch.select(range(i, min(i + mbs, minibatch.size)))
+                         for i in range(0, minibatch.size, mbs)]
+                self.optimizer.zero_grad(set_to_none=True)
+                for mb in micro:
+                    out = self.policy(mode="evaluate", raw_actions=mb.raw_actions.to(self.device),
+                                      **mb.policy_inputs(self.device))
+                    dev = lambda x: None if x is None else x.to(self.device)  # noqa: E731
+                    loss, metrics = embodied_ppo_loss(
+                        out.logprobs, dev(mb.old_logprobs), dev(mb.advantages), algo,
+                        entropy=out.entropy, values=out.values, old_values=dev(mb.old_values),
+                        returns=dev(mb.returns) if out.values is not None else None,
+                        value_clip=self.value_clip)
+                    (loss / len(micro)).backward()
+                    for k, v in metrics.items():
+                        sums[k] = sums.get(k, 0.0) + v
+                    count += 1
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
+                                                           self.actor.optim.clip_grad or float("inf"))
+                grad_norms.append(float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor")
+                                        else grad_norm))
+                self.optimizer.step()
+                self.step += 1
+        out = {f"actor/{k}": v / max(count, 1) for k, v in sums.items()}
+        out["actor/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+        out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        return out
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full policy weights on the CPU (rank 0; ``{}`` elsewhere). Collective."""
+        return get_model_state_dict(self.policy, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def send_weights(self) -> int:
+        """Gather the full weights and (rank 0) send them to the rollout group; returns bytes."""
+        state = self.full_state_dict()
+        return self.send_tensors(POLICY_LINK, state) if self.rank == 0 else 0
+
+    def save_checkpoint(self, path: str) -> None:
+        """Sharded policy + optimizer (DCP), the optimizer-step count and this rank's RNG."""
+        save_sharded(self.policy, self.optimizer, path, self.step)
+        torch.save({"torch": torch.get_rng_state(), "generator": self.generator.get_state()},
+                   os.path.join(path, f"rng_rank{self.rank}.pt"))
+
+    def load_checkpoint(self, path: str) -> None:
+        self.step = load_sharded(self.policy, self.optimizer, path)
+        rng = os.path.join(path, f"rng_rank{self.rank}.pt")
+        if os.path.isfile(rng):
+            state = torch.load(rng)
+            torch.set_rng_state(state["torch"])
+            self.generator.set_state(state["generator"])
+
+    def save_policy(self, path: str) -> None:
+        """Rank 0 writes the trained policy with the model's own ``save_pretrained`` (an unsharded
+        copy loaded with the full weights). Collective."""
+        state = self.full_state_dict()
+        if self.rank == 0:
+            plain = build_policy(self.actor.model, self.obs_spec,
+                                 temperature=self.algorithm.sampling_params.temperature)
+            plain.load_state_dict(state)
+            plain.save_pretrained(path)
+        dist.barrier()

@@ -1,0 +1,1 @@
+"""Env workers: simulators stepped under the runtime."""

@@ -1,0 +1,136 @@
+"""The env worker: steps its share of the simulators, stage by stage, against the rollout workers.
+
+Each env worker holds ``total_num_envs / (env processes x pipeline_stage_num)`` environments per
+stage. A rollout runs ``T`` policy steps; in each, for every stage in turn, the worker takes that
+stage's action chunk from the channel, executes its ``K`` actions and puts the next observations
+back. With two stages the simulator steps stage A while the policy computes stage B's actions —
+the env / policy pipeline.
+"""
+
+from __future__ import annotations
+
+
+import torch
+
+from rlinf.config.env import EnvConfig, EnvSectionConfig
+from rlinf.engines.simulators import make_vector_env
+from rlinf.engines.simulators.base import EnvObs, VectorEnv
+from rlinf.engines.simulators.video import VideoRecorder
+from rlinf.models.embodied.base import ObsSpec
+from rlinf.scheduler import Channel, Worker
+from rlinf.workers.env.messages import EpisodeStats, ObsMessage, action_key, obs_key
+
+
+class EnvWorker(Worker):
+    """One env process.
+
+    Args:
+        cfg: the ``env:`` section.
+        stages: ``rollout.pipeline_stage_num``.
+        num_action_chunks: ``K``, actions per policy step.
+    """
+
+    def __init__(self, cfg: EnvSectionConfig, stages: int, num_action_chunks: int):
+        self.cfg, self.stages, self.K = cfg, stages, num_action_chunks
+        self._envs: dict[str, list[VectorEnv]] = {}
+
+    def _split_cfg(self, split: str) -> EnvConfig:
+        return self.cfg.train if split == "train" else self.cfg.eval
+
+    def envs(self, split: str) -> list[VectorEnv]:
+        """This worker's simulators of ``split`` (``train`` / ``eval``), one batch per stage."""
+        if split not in self._envs:
+            cfg = self._split_cfg(split)
+            per_stage = cfg.total_num_envs // (self.world_size * self.stages)
+            self._envs[split] = [make_vector_env(cfg, per_stage, rank=self.rank * self.stages + s)
+                                 for s in range(self.stages)]
+        return self._envs[split]
+
+    def obs_spec(self) -> ObsSpec:
+        """What the train simulators give the policy (sizes the model)."""
+        env = self.envs("train")[0]
+        obs = env.reset(seed=0)
+        cams = list(obs.images)
+        image = obs.images[cams[0]] if cams else None
+        return ObsSpec(state_dim=0 if obs.states is None else int(obs.states.shape[1]),
+                       image_shape=None if image is None else tuple(int(x) for x in image.shape[1:]),
+                       has_wrist=len(cams) > 1,
+                       action_low=tuple(float(x) for x in env.action_low),
+                       action_high=tuple(float(x) for x in env.action_high))
+
+    def run(self, split: str, channel: Channel, tag: str, num_steps: int, seed: int,
+            video_name: str | None = None) -> EpisodeStats:
+        """Serve one rollout of ``num_steps`` policy steps; returns the finished episodes.
+
+        Every stage is reset with ``seed`` (+ stage) first; with ``video_name`` the first stage's
+        environments are recorded (``env.<split>.video_cfg``) to ``<video_base_dir>/<name>.mp4``.
+        """
+        envs, cfg = self.envs(split), self._split_cfg(split)
+        stats = EpisodeStats()
+        recorder = None
+        if video_name is not None and cfg.video_cfg.save_video:
+            recorder = VideoRecorder(cfg.video_cfg.video_base_dir, fps=cfg.video_cfg.fps,
+                                     info_on_video=cfg.video_cfg.info_on_video)
+        for s, env in enumerate(envs):
+            obs = env.reset(seed=seed * 1000 + self.rank * self.stages + s)
+            if recorder is not None and s == 0:
+                recorder.add(env.render())
+            channel.put(ObsMessage(obs=obs, reset_state_ids=torch.as_tensor(env.reset_state_ids)),
+                        key=obs_key(tag, self.rank, s))
+        for _ in range(num_steps):
+            for s, env in enumerate(envs):
+                actions = channel.get(key=action_key(tag, self.rank, s))
+                message = self._execute_chunk(env, actions, stats, recorder if s == 0 else None)
+                channel.put(message, key=obs_key(tag, self.rank, s))
+        if recorder is not None and len(recorder):
+            recorder.save(f"{video_name}_rank{self.rank}")
+        return stats
+
+    def _execute_chunk(self, env: VectorEnv, actions: torch.Tensor, stats: EpisodeStats,
+                       recorder: VideoRecorder | None) -> ObsMessage:
+        """Run the ``K`` actions of a chunk; rewards after an episode's end inside the chunk are
+        dropped (the environment was reset and the rest of the chunk was planned for the old one)."""
+        n = env.num_envs
+        rewards = torch.zeros(n, self.K)
+        done = torch.zeros(n, dtype=torch.bool)
+        terminated = torch.zeros(n, dtype=torch.bool)
+        truncated = torch.zeros(n, dtype=torch.bool)
+        final: EnvObs | None = None
+        for k in range(actions.shape[1]):
+            res = env.step(actions[:, k])
+            live = ~done
+            rewards[:, k] = res.rewards.cpu() * live
+            ended = res.dones.cpu() & live
+            if bool(ended.any()):
+                info = res.infos
+                ids = torch.nonzero(ended).view(-1)
+                stats.add(info["episode_return"].cpu()[ids], info["episode_length"].cpu()[ids],
+                          info["success_once"].cpu()[ids])
+                cut = ended & ~res.terminations.cpu()
+                if bool(cut.any()):
+                    last = res.final_obs if res.final_obs is not None else res.obs
+                    final = last.clone() if final is None else _merge_rows(final, last, cut)
+                    truncated |= cut
+            terminated |= res.terminations.cpu() & live
+            done |= ended
+            if recorder is not None:
+                recorder.add(env.render(), rewards=res.rewards.tolist(), successes=res.successes.tolist())
+        return ObsMessage(obs=res.obs, rewards=rewards, dones=done, terminations=terminated,
+                          final_obs=final, truncated=truncated,
+                          reset_state_ids=torch.as_tensor(env.reset_state_ids))
+
+    def close(self) -> None:
+        for envs in self._envs.values():
+            for env in envs:
+                env.close()
+        self._envs = {}
+
+
+def _merge_rows(base: EnvObs, new: EnvObs, rows: torch.Tensor) -> EnvObs:
+    """``base`` with the rows ``rows`` taken from ``new``."""
+    out = base.clone()
+    if out.states is not None:
+        out.states[rows] = new.states[rows].to(out.states.device)
+    for name, image in out.images.items():
+        image[rows] = new.images[name][rows].to(image.device)
+    return out

@@ -1,0 +1,74 @@
+"""The two messages of the env <-> rollout loop, one pair per stage and policy step.
+
+An env worker sends an :class:`ObsMessage` (observations after the last chunk, with that chunk's
+rewards and episode ends); the rollout worker answers with the next chunk of actions
+``[n, K, A]`` for the same stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from rlinf.engines.simulators.base import EnvObs
+
+
+@dataclass
+class ObsMessage:
+    """Observations of one stage of one env worker after a chunk of actions.
+
+    Attributes:
+        obs: observations to act on next (after auto-resets).
+        rewards: ``[n, K]`` rewards of the chunk just executed (None for the first message).
+        dones: ``[n]`` an episode ended during the chunk.
+        terminations: ``[n]`` it ended because the task ended.
+        final_obs: last observations of episodes cut by the time limit during the chunk (rows of
+            other environments are filler), or None when no episode was cut.
+        truncated: ``[n]`` which rows of ``final_obs`` are real.
+        reset_state_ids: ``[n]`` initial states of the current episodes.
+    """
+
+    obs: EnvObs
+    rewards: torch.Tensor | None = None
+    dones: torch.Tensor | None = None
+    terminations: torch.Tensor | None = None
+    final_obs: EnvObs | None = None
+    truncated: torch.Tensor | None = None
+    reset_state_ids: torch.Tensor | None = None
+
+
+@dataclass
+class EpisodeStats:
+    """Finished episodes of a rollout (one entry per episode)."""
+
+    returns: list[float] = field(default_factory=list)
+    lengths: list[float] = field(default_factory=list)
+    successes: list[bool] = field(default_factory=list)
+
+    def add(self, returns: torch.Tensor, lengths: torch.Tensor, successes: torch.Tensor) -> None:
+        self.returns += returns.tolist()
+        self.lengths += lengths.tolist()
+        self.successes += successes.bool().tolist()
+
+    def merge(self, other: "EpisodeStats") -> "EpisodeStats":
+        return EpisodeStats(self.returns + other.returns, self.lengths + other.lengths,
+                            self.successes + other.successes)
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        """``{prefix}/success_rate``, ``episode_return``, ``episode_length``, ``episodes``."""
+        n = len(self.returns)
+        if n == 0:
+            return {f"{prefix}/episodes": 0.0}
+        return {f"{prefix}/success_rate": sum(self.successes) / n,
+                f"{prefix}/episode_return": sum(self.returns) / n,
+                f"{prefix}/episode_length": sum(self.lengths) / n,
+                f"{prefix}/episodes": float(n)}
+
+
+def obs_key(tag: str, env_rank: int, stage: int) -> str:
+    return f"{tag}/obs/{env_rank}/{stage}"
+
+
+def action_key(tag: str, env_rank: int, stage: int) -> str:
+    return f"{tag}/act/{env_rank}/{stage}"

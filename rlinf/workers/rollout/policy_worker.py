@@ -1,0 +1,135 @@
+"""The embodied rollout worker: serves actions to its env workers, stage by stage, and records
+the trajectory (observations, sampled actions, log-probs, values, rewards, episode ends).
+
+Rollout rank ``r`` of ``R`` serves env ranks ``r, r + R, r + 2R, ...``. In each policy step it
+visits every (env rank, stage) slot in order: take the slot's observations, compute the action
+chunk, send it back. While it computes one stage, the env worker steps the other.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlinf.config.actor import ActorModelConfig
+from rlinf.data.embodied_batch import Trajectory
+from rlinf.engines.simulators.base import EnvObs
+from rlinf.models.embodied import build_policy
+from rlinf.models.embodied.base import ObsSpec
+from rlinf.scheduler import Channel, Worker
+from rlinf.workers.actor.embodied_actor import POLICY_LINK
+from rlinf.workers.env.messages import ObsMessage, action_key, obs_key
+
+
+def policy_inputs(obs: EnvObs) -> dict:
+    """``EmbodiedPolicy`` keyword arguments of an observation batch: the first camera is the
+    main image, the second (if any) the wrist image."""
+    cams = list(obs.images)
+    return {"states": obs.states, "images": obs.images[cams[0]] if cams else None,
+            "wrist_images": obs.images[cams[1]] if len(cams) > 1 else None,
+            "instructions": obs.task_descriptions}
+
+
+class _SlotRecord:
+    """What one (env rank, stage) slot produced during a rollout."""
+
+    def __init__(self):
+        self.states, self.images, self.raw, self.logprobs, self.values = [], [], [], [], []
+        self.rewards, self.dones, self.terminations, self.bootstrap = [], [], [], []
+        self.instructions = None
+        self.reset_state_ids = None
+
+    def observe(self, obs: EnvObs) -> None:
+        if obs.states is not None:
+            self.states.append(obs.states.cpu())
+        cams = list(obs.images)
+        names = ["main", "wrist"][:len(cams)]
+        self.images.append({n: obs.images[c].cpu() for n, c in zip(names, cams)})
+        if self.instructions is None:
+            self.instructions = obs.task_descriptions
+
+    def trajectory(self) -> Trajectory:
+        stack = lambda xs: torch.stack(xs) if xs else None  # noqa: E731
+        return Trajectory(
+            raw_actions=stack(self.raw), logprobs=stack(self.logprobs), rewards=stack(self.rewards),
+            dones=stack(self.dones), terminations=stack(self.terminations),
+            bootstrap_values=stack(self.bootstrap), states=stack(self.states),
+            images={k: torch.stack([im[k] for im in self.images]) for k in (self.images[0] if self.images else {})},
+            instructions=self.instructions, values=stack(self.values), reset_state_ids=self.reset_state_ids)
+
+
+class PolicyRolloutWorker(Worker):
+    """One rollout process of an embodied run.
+
+    Args:
+        model: ``actor.model`` (the same policy the actor trains).
+        obs_spec: what the simulators give.
+        env_world_size: number of env processes.
+        stages: ``rollout.pipeline_stage_num``.
+        temperature: sampling temperature (VLA bins).
+    """
+
+    def __init__(self, model: ActorModelConfig, obs_spec: ObsSpec, env_world_size: int, stages: int,
+                 temperature: float = 1.0):
+        self.policy = build_policy(model, obs_spec, temperature=temperature)
+        self.policy.to(self.device).eval()
+        self.env_ranks = list(range(self.rank, env_world_size, self.world_size))
+        self.stages = stages
+        self.policy_version = 0
+
+    @torch.no_grad()
+    def run(self, channel: Channel, tag: str, num_steps: int, seed: int, deterministic: bool = False,
+            record: bool = True) -> Trajectory | None:
+        """Serve ``num_steps`` policy steps to this worker's env slots; returns the trajectory of
+        all its environments (slots joined along the env axis) when ``record``."""
+        gen = torch.Generator(device=self.device).manual_seed(seed * 1000 + self.rank)
+        slots = [(e, s) for e in self.env_ranks for s in range(self.stages)]
+        records = {slot: _SlotRecord() for slot in slots}
+        has_values = None
+        for t in range(num_steps + 1):
+            for slot in slots:
+                msg: ObsMessage = channel.get(key=obs_key(tag, *slot))
+                rec = records[slot]
+                inputs = {k: (v.to(self.device) if isinstance(v, torch.Tensor) else v)
+                          for k, v in policy_inputs(msg.obs).items()}
+                if t == 0:
+                    rec.reset_state_ids = msg.reset_state_ids
+                else:
+                    rec.rewards.append(msg.rewards)
+                    rec.dones.append(msg.dones)
+                    rec.terminations.append(msg.terminations)
+                    rec.bootstrap.append(self._bootstrap(msg, has_values))
+                if record:
+                    rec.observe(msg.obs)
+                if t < num_steps:
+                    out = self.policy.act(**inputs, deterministic=deterministic, generator=gen)
+                    channel.put(out.actions.cpu(), key=action_key(tag, *slot))
+                    has_values = out.values is not None
+                    if record:
+                        rec.raw.append(out.raw_actions.cpu())
+                        rec.logprobs.append(out.logprobs.float().cpu())
+                        if has_values:
+                            rec.values.append(out.values.float().cpu())
+                elif record and has_values:
+                    rec.values.append(self.policy.value(**inputs).float().cpu())
+        if not record:
+            return None
+        return Trajectory.concat_envs([records[slot].trajectory() for slot in slots])
+
+    def _bootstrap(self, msg: ObsMessage, has_values: bool | None) -> torch.Tensor:
+        """``[n]`` value of the last observation of episodes cut by the time limit (0 elsewhere)."""
+        n = msg.dones.shape[0]
+        if not has_values or msg.final_obs is None or not bool(msg.truncated.any()):
+            return torch.zeros(n)
+        inputs = {k: (v.to(self.device) if isinstance(v, torch.Tensor) else v)
+                  for k, v in policy_inputs(msg.final_obs).items()}
+        values = self.policy.value(**inputs).float().cpu()
+        if values.dim() > 1:  # action-level values: the first action position of the chunk
+            values = values[:, 0]
+        return values * msg.truncated.float()
+
+    def receive_weights(self, version: int | None = None) -> int:
+        """Load the actor's weights from the policy link, in place; returns the new version."""
+        state = self.recv_tensors(POLICY_LINK)
+        self.policy.load_state_dict({k: v.to(self.device) for k, v in state.items()})
+        self.policy_version = self.policy_version + 1 if version is None else version
+        return self.policy_version

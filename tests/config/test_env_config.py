@@ -1,0 +1,69 @@
+"""``env:`` typed config: the shared groups in config/env/ compose through Hydra and parse."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from rlinf.config.env import EnvConfig, EnvInitParams, EnvSectionConfig, VideoConfig
+from rlinf.config.reference_doc import field_docs
+from rlinf.utils.typed_config import ConfigError, parse_section
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUPS = sorted((ROOT / "config" / "env").glob("*.yaml"))
+
+
+def compose_root(monkeypatch, config_dir=Path(__file__).parent / "data", name="embodied_env_root"):
+    monkeypatch.setenv("REPO_PATH", str(ROOT))
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        cfg = compose(config_name=name)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_reference_style_root_composes_and_parses(monkeypatch):
+    raw = compose_root(monkeypatch)
+    env = parse_section(EnvSectionConfig, raw["env"], "env")
+    assert env.train.init_params.id == "PickCube-v1" and env.train.total_num_envs == 8
+    assert env.train.use_fixed_reset_state_ids and env.train.group_size == 4
+    assert not env.eval.use_fixed_reset_state_ids and env.eval.total_num_envs == 4
+    assert env.train.video_cfg.video_base_dir == "results/embodied-test/video"
+    assert env.channel.name == "env_buffer_list" and env.enable_offload
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda p: p.stem)
+def test_every_shared_group_parses(monkeypatch, tmp_path, group):
+    # the reference's defaults entries are config paths (not overridable groups): one root per group
+    root = (Path(__file__).parent / "data" / "embodied_env_root.yaml").read_text()
+    (tmp_path / "root.yaml").write_text(root.replace("maniskill_pick_cube", group.stem))
+    raw = compose_root(monkeypatch, tmp_path, "root")
+    env = parse_section(EnvSectionConfig, raw["env"], "env")
+    assert env.train.episode_steps is not None or env.train.env_type == "maniskill"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"env_type": "mujoco"}, "env.train.env_type: 'mujoco' is not allowed"),
+    ({"init_params": {"id": None}}, "env.train.init_params.id: env_type maniskill needs a task id"),
+    ({"total_num_envs": 6, "group_size": 4}, "env.train.total_num_envs: 6 is not a multiple of group_size 4"),
+    ({"max_episode_steps": 0}, "env.train.max_episode_steps: must be >= 1 or null, got 0"),
+    ({"env_type": "libero"}, "env.train.task_suite_name: env_type libero needs a suite"),
+    ({"env_type": "libero", "task_suite_name": "libero_goal", "task_ids": [3, 10]},
+     r"env.train.task_ids\[1\]: libero_goal has tasks 0..9, got 10"),
+    ({"video_cfg": {"fps": 0}}, "env.train.video_cfg.fps: must be >= 1, got 0"),
+    ({"init_params": {"camera_heights": 4}}, "env.train.init_params.camera_heights: must be >= 8 or null"),
+    ({"simulator_type": "maniskill"}, "env.train.simulator_type: unknown key"),
+])
+def test_bad_values_name_the_key(change, message):
+    raw = {"env_type": "maniskill", "init_params": {"id": "PickCube-v1"}}
+    for key, value in change.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    with pytest.raises(ConfigError, match=message):
+        parse_section(EnvConfig, raw, "env.train")
+
+
+@pytest.mark.parametrize("cls", [EnvSectionConfig, EnvConfig, EnvInitParams, VideoConfig])
+def test_every_field_is_documented(cls):
+    assert set(field_docs(cls)) == {f.name for f in dataclasses.fields(cls)}

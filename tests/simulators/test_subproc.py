@@ -1,0 +1,68 @@
+"""SubprocBatchSim: environments in worker processes; crashes, hangs and errors name the env."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf.engines.simulators import EpisodeVectorEnv, SimulatorError
+from rlinf.engines.simulators.subproc import SubprocBatchSim
+from rlinf.engines.simulators.toy import ToyReachEnv
+
+
+def toy_sim(n=2, **kw) -> SubprocBatchSim:
+    return SubprocBatchSim([partial(ToyReachEnv, image_size=8)] * n, labels=["toy"] * n, **kw)
+
+
+def test_processes_match_in_process_results():
+    sim = toy_sim(2)
+    try:
+        env = EpisodeVectorEnv(sim, max_episode_steps=3, auto_reset=True)
+        obs = env.reset(reset_state_ids=[4, 9])
+        ref = [ToyReachEnv(image_size=8) for _ in range(2)]
+        expected = np.stack([ref[0].reset(4).state, ref[1].reset(9).state])
+        assert np.allclose(obs.states.numpy(), expected)
+        assert obs.images["top"].shape == (2, 8, 8, 3) and obs.task_descriptions == ["reach the target"] * 2
+        res = env.step(torch.full((2, 2), 0.5))
+        assert np.allclose(res.obs.states[:, :2].numpy(), np.clip(expected[:, :2] + 0.1, -1, 1), atol=1e-6)
+        assert sim.task_names == ["toy-reach", "toy-reach"] and all(sim.pids)
+    finally:
+        sim.close()
+    assert not any(p.is_alive() for p in sim._procs)
+
+
+def test_killed_process_is_reported_with_env_index_and_task():
+    sim = toy_sim(2)
+    sim.reset(np.arange(2), np.arange(2))
+    os.kill(sim.pids[1], signal.SIGKILL)
+    with pytest.raises(SimulatorError, match=r"env 1 \(toy-reach\): step failed: process \d+ was killed by SIGKILL"):
+        sim.step(np.zeros((2, 2), np.float32))
+    assert not any(p.is_alive() for p in sim._procs)  # the whole batch is stopped
+
+
+def test_hung_process_is_reported_within_the_timeout():
+    sim = toy_sim(2, step_timeout_s=2.0)
+    sim.reset(np.arange(2), np.arange(2))
+    os.kill(sim.pids[0], signal.SIGSTOP)  # frozen: alive but never answers
+    start = time.monotonic()
+    with pytest.raises(SimulatorError, match=r"env 0 \(toy-reach\): step failed: no answer within 2 s "
+                                             r"\(process \d+ is alive but unresponsive\)"):
+        sim.step(np.zeros((2, 2), np.float32))
+    assert time.monotonic() - start < 10
+    assert not any(p.is_alive() for p in sim._procs)  # even the stopped one is gone
+
+
+def test_exceptions_in_the_simulator_carry_its_traceback():
+    sim = toy_sim(2)
+    sim.reset(np.arange(2), np.arange(2))
+    with pytest.raises(SimulatorError, match=r"(?s)env 0 \(toy-reach\): step failed: raised in the simulator "
+                                             r"process:.*ValueError"):
+        sim.step(np.zeros((2, 3), np.float32))  # wrong action size
+    with pytest.raises(SimulatorError, match=r"(?s)env 0 \(toy\): start failed: .*TypeError"):
+        SubprocBatchSim([partial(ToyReachEnv, no_such_argument=1)], labels=["toy"])
