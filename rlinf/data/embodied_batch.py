@@ -31,7 +31,8 @@ class Trajectory:
     Attributes:
         states: ``[T+1, N, D]`` float, or None.
         images: camera -> ``[T+1, N, H, W, 3]`` uint8 (``main``; ``wrist`` when present).
-        instructions: one instruction per environment, or None.
+        instructions: ``T+1`` lists of one instruction per environment (a reset may switch an
+            environment's task), or None.
         raw_actions, logprobs: ``[T, N, K, A]`` what the policy sampled and its log-probs.
         values: ``[T+1, N]`` (chunk-level) or ``[T+1, N, K]`` (action-level), or None.
         rewards: ``[T, N, K]`` one per executed action (0 after an episode ended mid-chunk).
@@ -48,7 +49,7 @@ class Trajectory:
     dones: torch.Tensor
     states: torch.Tensor | None = None
     images: dict[str, torch.Tensor] = field(default_factory=dict)
-    instructions: list[str] | None = None
+    instructions: list[list[str]] | None = None
     values: torch.Tensor | None = None
     terminations: torch.Tensor | None = None
     bootstrap_values: torch.Tensor | None = None
@@ -75,7 +76,7 @@ class Trajectory:
             elif f.name == "images":
                 changes[f.name] = {k: torch.cat([v[k] for v in values], dim=1) for k in values[0]}
             elif f.name == "instructions":
-                changes[f.name] = [x for v in values for x in v]
+                changes[f.name] = [[x for v in values for x in v[t]] for t in range(len(values[0]))]
             elif f.name == "reset_state_ids":
                 changes[f.name] = torch.cat(values)
             else:
@@ -100,7 +101,7 @@ class Trajectory:
             states=None if self.states is None else rows(self.states),
             images={k: rows(v) for k, v in self.images.items()},
             instructions=None if self.instructions is None
-            else [self.instructions[i % N] for i in torch.nonzero(flat).view(-1).tolist()])
+            else [self.instructions[i // N][i % N] for i in torch.nonzero(flat).view(-1).tolist()])
 
 
 @dataclass

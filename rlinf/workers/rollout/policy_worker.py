@@ -35,7 +35,7 @@ class _SlotRecord:
     def __init__(self):
         self.states, self.images, self.raw, self.logprobs, self.values = [], [], [], [], []
         self.rewards, self.dones, self.terminations, self.bootstrap = [], [], [], []
-        self.instructions = None
+        self.instructions: list[list[str]] | None = None
         self.reset_state_ids = None
 
     def observe(self, obs: EnvObs) -> None:
@@ -44,8 +44,8 @@ class _SlotRecord:
         cams = list(obs.images)
         names = ["main", "wrist"][:len(cams)]
         self.images.append({n: obs.images[c].cpu() for n, c in zip(names, cams)})
-        if self.instructions is None:
-            self.instructions = obs.task_descriptions
+        if obs.task_descriptions is not None:
+            self.instructions = (self.instructions or []) + [list(obs.task_descriptions)]
 
     def trajectory(self) -> Trajectory:
         stack = lambda xs: torch.stack(xs) if xs else None  # noqa: E731
