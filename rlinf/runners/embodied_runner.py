@@ -32,7 +32,7 @@ from rlinf.data.embodied_batch import EmbodiedBatch, Trajectory
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.schedule import ScheduledRunner
-from rlinf.scheduler import Channel, Cluster, PlacementPlan, TensorLink, WorkerGroup
+from rlinf.scheduler import Channel, Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
 from rlinf.utils.metric_logger import MetricLogger
 from rlinf.workers.actor.embodied_actor import POLICY_LINK, EmbodiedActorWorker
 from rlinf.workers.env.env_worker import EnvWorker
@@ -48,6 +48,7 @@ class EmbodiedGroups:
     rollout: WorkerGroup
     actor: WorkerGroup
     obs_spec: ObsSpec
+    actor_rollout_mode: Mode = Mode.DISAGGREGATED
 
     def shutdown(self) -> None:
         try:
@@ -74,7 +75,7 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
         env.shutdown()
         raise
     TensorLink.connect(POLICY_LINK, actor, 0, rollout)
-    return EmbodiedGroups(env, rollout, actor, obs_spec)
+    return EmbodiedGroups(env, rollout, actor, obs_spec, plan.mode("actor", "rollout"))
 
 
 def compute_advantages(traj: Trajectory, cfg: EmbodiedConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,6 +129,10 @@ class EmbodiedRunner(ScheduledRunner):
         self.total_steps = cfg.runner.max_steps if cfg.runner.max_steps > 0 else cfg.runner.max_epochs
         self.history: list[dict[str, float]] = []
         self.channel = Channel.create(f"{cfg.env.channel.name}-{uuid.uuid4().hex[:8]}")
+        # actor and rollout sharing devices take turns when asked to (actor/rollout.enable_offload)
+        shared = groups.actor_rollout_mode != Mode.DISAGGREGATED
+        self.offload_actor = shared and cfg.actor.enable_offload
+        self.offload_rollout = shared and cfg.rollout.enable_offload
         self._rollouts = 0
         self.sync_weights()  # the rollout group starts from the actor's initial weights
 
@@ -165,10 +170,16 @@ class EmbodiedRunner(ScheduledRunner):
         steps = -(-(env_cfg.episode_steps or 50) // self.cfg.actor.model.num_action_chunks)
         tag = f"{split}{self._rollouts}"
         self._rollouts += 1
+        if self.offload_actor:
+            self.groups.actor.offload().wait()
         env_call = self.groups.env.execute("run", split, self.channel, tag, steps, seed, video_name)
         roll_call = self.groups.rollout.execute("run", self.channel, tag, steps, seed,
                                                 split == "eval", record)
         trajs = roll_call.wait()
+        if self.offload_rollout:
+            self.groups.rollout.offload().wait()
+        if self.offload_actor:
+            self.groups.actor.onload().wait()
         stats = EpisodeStats()
         for s in env_call.wait():
             stats = stats.merge(s)

@@ -19,7 +19,7 @@ from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.embodied_batch import EmbodiedBatch
 from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded
-from rlinf.engines.training.fsdp_utils import build_mesh
+from rlinf.engines.training.fsdp_utils import build_mesh, move_optimizer_state
 from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.scheduler import Worker
@@ -105,6 +105,20 @@ class EmbodiedActorWorker(Worker):
         out["actor/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
+
+    def offload(self) -> None:
+        """Move weights, gradients and optimizer state to the CPU (``actor.enable_offload``, when
+        the rollout shares this GPU). A no-op on a CPU device."""
+        if self.device.type != "cpu":
+            self.policy.to("cpu")
+            move_optimizer_state(self.optimizer, "cpu")
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Undo :meth:`offload`."""
+        if self.device.type != "cpu":
+            self.policy.to(self.device)
+            move_optimizer_state(self.optimizer, self.device)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Full policy weights on the CPU (rank 0; ``{}`` elsewhere). Collective."""

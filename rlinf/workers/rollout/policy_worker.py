@@ -127,9 +127,21 @@ class PolicyRolloutWorker(Worker):
             values = values[:, 0]
         return values * msg.truncated.float()
 
+    def offload(self) -> None:
+        """Move the policy to the CPU (``rollout.enable_offload``, when the actor shares this
+        GPU). A no-op on a CPU device."""
+        if self.device.type != "cpu":
+            self.policy.to("cpu")
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        if self.device.type != "cpu":
+            self.policy.to(self.device)
+
     def receive_weights(self, version: int | None = None) -> int:
         """Load the actor's weights from the policy link, in place; returns the new version."""
         state = self.recv_tensors(POLICY_LINK)
+        self.onload()
         self.policy.load_state_dict({k: v.to(self.device) for k, v in state.items()})
         self.policy_version = self.policy_version + 1 if version is None else version
         return self.policy_version
