@@ -20,7 +20,6 @@ os.environ.setdefault("REPO_PATH", ROOT)
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from rlinf.config.resolvers import register_resolvers  # noqa: E402
-from rlinf.utils.typed_config import ConfigError  # noqa: E402
 
 register_resolvers()
 
@@ -28,16 +27,9 @@ register_resolvers()
 @hydra.main(version_base="1.3", config_path="config", config_name="toy_ppo_mlp")
 def main(cfg) -> None:
     from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.entry import run_entry
 
-    try:
-        summary = run_embodied(cfg)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    first, last = summary.get("val/first_success_rate"), summary.get("val/last_success_rate")
-    if first is not None:
-        print(f"[rlinf] eval success rate: first {100 * first:.1f}% -> last {100 * last:.1f}%")
-    print(f"[rlinf] done: {int(summary['steps'])} steps")
+    run_entry(run_embodied, cfg, "success_rate", "eval success rate")
 
 
 if __name__ == "__main__":

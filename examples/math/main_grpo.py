@@ -17,7 +17,6 @@ import hydra
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from rlinf.config.resolvers import register_resolvers  # noqa: E402
-from rlinf.utils.typed_config import ConfigError  # noqa: E402
 
 register_resolvers()
 # model loading bars from every worker would bury the step progress bar
@@ -26,18 +25,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 @hydra.main(version_base="1.3", config_path="config", config_name="grpo_tiny_cpu")
 def main(cfg) -> None:
+    from rlinf.runners.entry import run_entry
     from rlinf.runners.math_main import run_math
 
-    try:
-        summary = run_math(cfg)
-    except ConfigError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    first, last = summary.get("val/first_accuracy"), summary.get("val/last_accuracy")
-    if first is not None:
-        print(f"[rlinf] held-out accuracy: first validation {100 * first:.1f}% -> "
-              f"last validation {100 * last:.1f}% ({100 * (last - first):+.1f} points)")
-    print(f"[rlinf] done: {int(summary['steps'])} steps")
+    run_entry(run_math, cfg, "accuracy", "held-out accuracy")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from rlinf.config.embodied import EmbodiedConfig
@@ -42,19 +41,7 @@ def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
     runner = None
     try:
         runner = EmbodiedRunner(cfg, groups, logger)
-        if cfg.runner.resume_dir:
-            runner.load_checkpoint(cfg.runner.resume_dir)
-            print_fn(f"[rlinf] resumed at step {runner.step} from {cfg.runner.resume_dir}")
-        if cfg.runner.only_eval:
-            metrics = runner.validate()
-            logger.log(metrics, step=runner.step)
-            return {"steps": float(runner.step), **metrics}
-        summary = runner.fit()
-        if cfg.runner.export_hf:
-            print_fn(f"[rlinf] trained policy saved to {runner.save_policy()}")
-        if cfg.runner.plot_curves and runner.plot(os.path.join(lg.log_path, "curves.png")):
-            print_fn(f"[rlinf] curves: {os.path.join(lg.log_path, 'curves.png')}")
-        return summary
+        return runner.run(print_fn)
     finally:
         if runner is not None:
             runner.close()

@@ -220,6 +220,9 @@ class EmbodiedRunner(ScheduledRunner):
         self.history = list(state["history"])
         self.sync_weights()
 
+    def export(self) -> str:
+        return self.save_policy()
+
     def save_policy(self, path: str | None = None) -> str:
         """The trained policy as a model folder (default ``<run>/policy``)."""
         path = path or os.path.join(self.run_dir, "policy")

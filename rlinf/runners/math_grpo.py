@@ -188,6 +188,9 @@ class MathGRPORunner(ScheduledRunner):
         self.step, self.history = int(state["step"]), list(state["history"])
         self._sync_weights()
 
+    def export(self) -> str:
+        return self.export_hf()
+
     def export_hf(self, path: str | None = None) -> str:
         """Write the trained policy as an HF safetensors folder (default ``<run>/huggingface``)."""
         path = path or os.path.join(self.run_dir, "huggingface")

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from rlinf.config.math import MathConfig
@@ -79,20 +78,7 @@ def run_math(raw: Any, print_fn=print) -> dict[str, float]:
     groups = launch_math_groups(cfg, cluster, plan, total)
     runner = MathGRPORunner(cfg, groups, train, val, pad, logger)
     try:
-        if cfg.runner.resume_dir:
-            runner.load_checkpoint(cfg.runner.resume_dir)
-            print_fn(f"[rlinf] resumed at step {runner.step} from {cfg.runner.resume_dir}")
-        if cfg.runner.only_eval:
-            metrics = runner.validate()
-            logger.log(metrics, step=runner.step)
-            return {"steps": float(runner.step), **metrics}
-        summary = runner.fit()
-        if cfg.runner.export_hf:
-            summary_path = runner.export_hf()
-            print_fn(f"[rlinf] trained policy exported to {summary_path}")
-        if cfg.runner.plot_curves and runner.plot(os.path.join(lg.log_path, "curves.png")):
-            print_fn(f"[rlinf] curves: {os.path.join(lg.log_path, 'curves.png')}")
-        return summary
+        return runner.run(print_fn)
     finally:
         runner.close()
         groups.shutdown()

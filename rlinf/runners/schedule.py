@@ -47,6 +47,33 @@ class ScheduledRunner:
     def has_validation(self) -> bool:
         return True
 
+    def load_checkpoint(self, path: str) -> None:
+        raise NotImplementedError
+
+    def export(self) -> str:
+        """Write the trained policy (``runner.export_hf``); returns where."""
+        raise NotImplementedError
+
+    def run(self, print_fn=print) -> dict[str, float]:
+        """The whole job after launch: resume (``runner.resume_dir``), then evaluate only
+        (``runner.only_eval``) or :meth:`fit`, export the policy and plot the curves."""
+        cfg = self.runner_cfg
+        if cfg.resume_dir:
+            self.load_checkpoint(cfg.resume_dir)
+            print_fn(f"[rlinf] resumed at step {self.step} from {cfg.resume_dir}")
+        if cfg.only_eval:
+            metrics = self.validate()
+            if self.logger is not None:
+                self.logger.log(metrics, step=self.step)
+            return {"steps": float(self.step), **metrics}
+        summary = self.fit()
+        if cfg.export_hf:
+            print_fn(f"[rlinf] trained policy saved to {self.export()}")
+        curves = os.path.join(cfg.logger.log_path, "curves.png")
+        if cfg.plot_curves and self.plot(curves):
+            print_fn(f"[rlinf] curves: {curves}")
+        return summary
+
     def fit(self) -> dict[str, float]:
         """Train to ``total_steps``; returns :meth:`summary`."""
         from tqdm import tqdm

@@ -17,17 +17,12 @@ from rlinf.utils.metric_logger import read_metrics
 from rlinf.utils.typed_config import ConfigError
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "workers"))
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
+from test_math_grpo_runner import write_data  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
-
-
-def write_data(path, n):
-    with open(path, "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"prompt": f"w{5 + i % 20} w{6 + i % 20}", "answer": str(i % 3)}) + "\n")
-    return str(path)
 
 
 def base_config(tmp_path, model, placement, accelerators, **sections):
