@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.ray
 @pytest.mark.parametrize("script", ["bench_channel.py", "bench_latency.py", "bench_group_call.py",
-                                    "bench_math_reward.py",
+                                    "bench_math_reward.py", "bench_env_pipeline.py",
                                     "bench_placement.py"])
 def test_bench_quick_mode_prints_a_table(script):
     args = [sys.executable, str(ROOT / "bench" / script)]
