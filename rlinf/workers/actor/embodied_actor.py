@@ -139,7 +139,7 @@ class EmbodiedActorWorker(Worker):
         self.step = load_sharded(self.policy, self.optimizer, path)
         rng = os.path.join(path, f"rng_rank{self.rank}.pt")
         if os.path.isfile(rng):
-            state = torch.load(rng)
+            state = torch.load(rng, weights_only=True)
             torch.set_rng_state(state["torch"])
             self.generator.set_state(state["generator"])
 

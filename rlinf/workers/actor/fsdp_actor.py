@@ -85,7 +85,7 @@ class FSDPActorWorker(Worker):
         self.engine.load_checkpoint(path)
         rng = os.path.join(path, f"rng_rank{self.rank}.pt")
         if os.path.isfile(rng):
-            torch.set_rng_state(torch.load(rng))
+            torch.set_rng_state(torch.load(rng, weights_only=True))
 
     def export_hf(self, path: str) -> None:
         self.engine.export_hf(path)
