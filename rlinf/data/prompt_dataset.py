@@ -77,6 +77,10 @@ class PromptDataset:
         self.dropped = 0
         for i, row in enumerate(rows):
             ids = tuple(encode(row["prompt"]))
+            if not all(isinstance(t, int) for t in ids):
+                raise TypeError(f"encode must return a list of token ids (ints); for row {i} it "
+                                f"returned {type(encode(row['prompt'])).__name__} of "
+                                f"{sorted({type(t).__name__ for t in ids})}")
             if len(ids) > max_prompt_length:
                 self.dropped += 1
                 continue

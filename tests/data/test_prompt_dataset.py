@@ -70,3 +70,8 @@ def test_validation_loader_keeps_the_partial_last_batch():
     assert [b.answers for b in val.epoch_batches()] == [["0", "1"], ["2", "3"], ["4"]]
     train = PromptLoader(ds, batch_size=2, shuffle=False, seed=0)
     assert [len(b.prompts) for b in train.epoch_batches()] == [2, 2]
+
+
+def test_an_encoder_that_returns_no_token_ids_fails_at_once():
+    with pytest.raises(TypeError, match="list of token ids"):
+        PromptDataset([{"prompt": "a", "answer": "1"}], encode=lambda s: {"input_ids": [1]}, max_prompt_length=4)
