@@ -45,3 +45,21 @@ def prompt_encoder(tokenizer, apply_chat_template: bool):
         return list(tokenizer(text, add_special_tokens=not apply_chat_template)["input_ids"])
 
     return encode
+
+
+def save_tokenizer_pinned(tokenizer, out_dir, chat_template: str | None = None) -> None:
+    """Save ``tokenizer`` to ``out_dir`` (created) and pin ``tokenizer_class`` to
+    ``PreTrainedTokenizerFast`` in its ``tokenizer_config.json``, so :func:`load_tokenizer` never
+    falls back to the class of the model folder's ``config.json``; ``chat_template`` is written
+    into the same file when given."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    if chat_template is not None:
+        cfg["chat_template"] = chat_template
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
+from ppo_check import ppo_logprob_change
 
-from rlinf.algorithms.policy_loss import compute_ppo_loss
 from rlinf.models.embodied.openvla_oft import ActionTokenizer, OpenVLAOFTPolicy, normalize_actions, unnormalize_actions
 from rlinf.models.embodied.openvla_oft.text_tokenizer import build_instruction_tokenizer
 from rlinf.models.embodied.openvla_oft.tiny import tiny_vla_config
@@ -196,21 +196,7 @@ def test_lora_trains_adapters_only_and_reloads(tokenizer, tmp_path):
 
 
 def test_ppo_step_raises_logprob_of_positive_advantage(tokenizer):
-    policy = _vla(tokenizer)
-    obs = _obs()
-    with torch.no_grad():
-        old = policy.act(**obs, generator=torch.Generator().manual_seed(0))
-    adv = torch.tensor([1.0, -1.0] * (N // 2)).view(N, 1, 1).expand(N, K, A)
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    for _ in range(3):
-        ev = policy.evaluate(old.raw_actions, **obs)
-        loss, _ = compute_ppo_loss(ev.logprobs.reshape(N, -1), old.logprobs.reshape(N, -1),
-                                   adv.reshape(N, -1), torch.ones(N, K * A))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    with torch.no_grad():
-        delta = policy.evaluate(old.raw_actions, **obs).logprobs.sum((1, 2)) - old.logprobs.sum((1, 2))
+    delta = ppo_logprob_change(_vla(tokenizer), _obs(), lr=1e-3, steps=3)
     assert (delta[0::2] > 0).all() and (delta[1::2] < 0).all(), delta
 
 

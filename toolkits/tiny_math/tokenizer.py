@@ -18,12 +18,13 @@ The saved ``tokenizer_config.json`` names ``PreTrainedTokenizerFast`` as its cla
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from rlinf.data.tokenizer import save_tokenizer_pinned
 
 from toolkits.tiny_math.make_dataset import make_prompt, make_response
 
@@ -123,14 +124,7 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: str | Path) -> N
         tokenizer: Tokenizer to save.
         out_dir: Folder (created if missing); may already hold a model's ``config.json``.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(out)
-    cfg_path = out / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    cfg["chat_template"] = CHAT_TEMPLATE
-    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+    save_tokenizer_pinned(tokenizer, out_dir, chat_template=CHAT_TEMPLATE)
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

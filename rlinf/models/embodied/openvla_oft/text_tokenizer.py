@@ -15,11 +15,12 @@ Example:
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from rlinf.data.tokenizer import save_tokenizer_pinned
 
 PAD_TOKEN = "<pad>"
 BOS_TOKEN = "<s>"
@@ -86,13 +87,7 @@ def save_instruction_tokenizer(tokenizer, out_dir: str | Path) -> None:
         tokenizer: the tokenizer.
         out_dir: folder (created if missing).
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(out)
-    cfg_path = out / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+    save_tokenizer_pinned(tokenizer, out_dir)
 
 
 def load_instruction_tokenizer(path: str | Path):
