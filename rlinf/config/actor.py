@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.config.rollout import ChannelRef
-from rlinf.utils.typed_config import check
+from rlinf.utils.typed_config import check, parse_section
 
 Dtype = Literal["fp32", "fp16", "bf16", "float32", "float16", "bfloat16"]
 
@@ -15,39 +15,55 @@ Dtype = Literal["fp32", "fp16", "bf16", "float32", "float16", "bfloat16"]
 class ActorModelConfig:
     """``actor.model``: the HF checkpoint, plus the reference's Megatron model keys.
 
-    The Megatron keys (``tensor_model_parallel_size`` ... ``moe_token_dispatcher_type``) are read
-    by the Megatron backend only; the FSDP backend ignores them. Embodied keys (``action_dim``,
+    The Megatron keys (``megatron_checkpoint``, ``tensor_model_parallel_size`` ...
+    ``use_cpu_initialization``) are read by the Megatron backend only (docs/megatron_backend.md);
+    the FSDP backend ignores them. With ``training_backend: megatron`` the cross-key rules are
+    checked once by :meth:`ActorConfig.validate`. Embodied keys (``action_dim``,
     ``num_action_chunks``, ...) are read by embodied policies.
 
     Attributes:
         model_path: local HF model folder the policy starts from; null = rollout.model.model_path
-            (one of the two must be set).
-        megatron_checkpoint: Megatron: converted checkpoint to load.
+            (one of the two must be set). Megatron reads its config, and converts its weights
+            when actor.megatron.use_hf_ckpt is true.
+        megatron_checkpoint: Megatron: a converted checkpoint folder (the converter's layout, same
+            tensor / pipeline sizes) to start from instead of converting model_path.
         model_type: architecture tag (e.g. qwen2.5).
-        precision: dtype of the loaded (master) weights.
-        add_bias_linear: Megatron: biases in the linear layers.
-        add_qkv_bias: Megatron: bias in the QKV projection.
-        tensor_model_parallel_size: Megatron: tensor-parallel size.
-        pipeline_model_parallel_size: Megatron: pipeline-parallel size.
-        activation: Megatron: MLP activation.
-        sequence_parallel: Megatron: sequence parallelism (with tensor parallelism).
-        recompute_method: Megatron: activation recomputation method (uniform or block).
-        recompute_granularity: Megatron: activation recomputation granularity (full or selective).
-        recompute_num_layers: Megatron: layers recomputed per stage (or per uniform chunk).
-        seq_length, encoder_seq_length: Megatron: model sequence length (the reference sets
-            ``${runner.seq_length}``).
-        normalization: Megatron: normalisation layer.
-        position_embedding_type: Megatron: position embeddings.
-        apply_rope_fusion: Megatron: fused RoPE kernel.
+        precision: dtype of the loaded (master) weights. Megatron: dtype of the model weights;
+            bf16 / fp16 need the matching actor.optim.bf16 / fp16 (fp32 main weights in the
+            optimizer).
+        add_bias_linear: Megatron: biases in the linear layers (must match the HF architecture).
+        add_qkv_bias: Megatron: accepted; the HF architecture decides (Qwen2: true, Llama: false).
+        tensor_model_parallel_size: Megatron: tensor-parallel size (>= 1; divides the attention
+            heads and the key-value heads).
+        pipeline_model_parallel_size: Megatron: pipeline-parallel size (>= 1; at most the number
+            of layers).
+        activation: Megatron: MLP activation (must match the HF architecture; silu-gated = swiglu).
+        sequence_parallel: Megatron: sequence parallelism; ignored at tensor_model_parallel_size
+            1 (as in Megatron-LM); not supported above 1 (megatron-core's local layer spec, which
+            this backend builds, has no sequence-parallel RMSNorm).
+        recompute_method: Megatron: activation recomputation method (uniform or block); needed by
+            recompute_granularity full.
+        recompute_granularity: Megatron: activation recomputation granularity (full or selective);
+            null = off.
+        recompute_num_layers: Megatron: layers recomputed per stage (block) or per chunk
+            (uniform); >= 1 with full, null with selective.
+        seq_length: Megatron: longest prompt + response a micro-batch may hold (the reference sets
+            ``${runner.seq_length}``); null = no limit (rotary embeddings need none).
+        encoder_seq_length: Megatron: encoder length of encoder-decoder models; accepted, no effect.
+        normalization: Megatron: normalisation layer (must match the HF architecture).
+        position_embedding_type: Megatron: position embeddings (must match the HF architecture).
+        apply_rope_fusion: Megatron: fused RoPE kernel (needs Transformer Engine or apex).
         bias_dropout_fusion: Megatron: fuse bias add and dropout.
-        persist_layer_norm: Megatron: persistent fused layer-norm kernel.
+        persist_layer_norm: Megatron: persistent fused layer-norm kernel (needs apex).
         bias_activation_fusion: Megatron: fuse bias add and activation.
         attention_softmax_in_fp32: Megatron: attention softmax in fp32.
         batch_p2p_comm: Megatron: batch the pipeline send / receive operations.
-        variable_seq_lengths: Megatron: pipeline stages exchange variable-length sequences.
-        gradient_accumulation_fusion: Megatron: fused weight-gradient accumulation.
-        moe_token_dispatcher_type: Megatron: MoE token dispatcher.
-        use_cpu_initialization: Megatron: initialise weights on the CPU.
+        variable_seq_lengths: Megatron, pipeline_model_parallel_size > 1: stages exchange each
+            micro-batch's shape; false pads every micro-batch of a pass to one shape.
+        gradient_accumulation_fusion: Megatron: fused weight-gradient accumulation (needs apex or
+            Transformer Engine).
+        moe_token_dispatcher_type: Megatron: MoE token dispatcher (MoE models only).
+        use_cpu_initialization: Megatron: initialise weights on the CPU before loading.
         gradient_checkpointing: recompute activations in the backward pass (HF gradient
             checkpointing).
         action_dim: embodied: action dimensions.
@@ -90,15 +106,15 @@ class ActorModelConfig:
     add_qkv_bias: bool = True
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
-    activation: str = "swiglu"
+    activation: Literal["swiglu", "gelu", "squared_relu"] = "swiglu"
     sequence_parallel: bool = False
-    recompute_method: str | None = None
-    recompute_granularity: str | None = None
+    recompute_method: Literal["uniform", "block"] | None = None
+    recompute_granularity: Literal["full", "selective"] | None = None
     recompute_num_layers: int | None = None
     seq_length: int | None = None
     encoder_seq_length: int | None = None
-    normalization: str = "rmsnorm"
-    position_embedding_type: str = "rope"
+    normalization: Literal["rmsnorm", "RMSNorm", "layernorm", "LayerNorm"] = "rmsnorm"
+    position_embedding_type: Literal["rope", "learned_absolute", "none"] = "rope"
     apply_rope_fusion: bool = False
     bias_dropout_fusion: bool = False
     persist_layer_norm: bool = False
@@ -107,7 +123,7 @@ class ActorModelConfig:
     batch_p2p_comm: bool = False
     variable_seq_lengths: bool = True
     gradient_accumulation_fusion: bool = False
-    moe_token_dispatcher_type: str = "alltoall"
+    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = "alltoall"
     use_cpu_initialization: bool = False
     gradient_checkpointing: bool = False
     # embodied policies
@@ -142,22 +158,28 @@ class OptimConfig:
     """``actor.optim``.
 
     Attributes:
-        optimizer: adam or adamw (the FSDP engine runs AdamW, i.e. decoupled weight decay, for
+        optimizer: adam or adamw (both engines run AdamW, i.e. decoupled weight decay, for
             both).
-        bf16, fp16: Megatron: bf16 / fp16 mixed-precision training (at most one may be true).
+        bf16, fp16: Megatron: bf16 / fp16 mixed-precision training with fp32 main weights in the
+            optimizer (at most one may be true; must match actor.model.precision); fp16 adds
+            dynamic loss scaling.
         lr: peak learning rate unless lr_sched.max_lr is set; must be > 0.
         value_lr: critic learning rate when critic.lr is null; null = lr.
         adam_beta1, adam_beta2, adam_eps: Adam moment coefficients and epsilon.
         min_lr: final learning rate of a linear / cosine decay unless lr_sched.min_lr is set.
-        weight_decay: decoupled weight decay.
+        weight_decay: decoupled weight decay (Megatron: on every parameter, as FSDP does).
         use_distributed_optimizer: Megatron: shard the optimizer state over data-parallel ranks.
         overlap_grad_reduce: Megatron: overlap the gradient reduction with the backward pass.
-        overlap_param_gather: Megatron: overlap the parameter all-gather with the forward pass.
-        optimizer_enable_pin: Megatron: pin host memory of offloaded optimizer state.
+        overlap_param_gather: Megatron: overlap the parameter all-gather with the forward pass
+            (needs use_distributed_optimizer).
+        optimizer_enable_pin: Megatron: pin the host memory of offloaded weights, gradients and
+            optimizer state.
         overlap_param_gather_with_optimizer_step: Megatron: overlap the parameter all-gather with
-            the optimizer step.
+            the optimizer step; needs virtual pipeline stages, which this backend does not build,
+            so only false is accepted with training_backend megatron.
         clip_grad: maximum gradient norm; 0 = no clipping.
-        loss_scale_window: fp16 dynamic loss scaling: steps without overflow before the scale grows.
+        loss_scale_window: Megatron fp16 dynamic loss scaling: steps without overflow before the
+            scale grows (>= 1).
     """
 
     optimizer: Literal["adam", "adamw"] = "adam"
@@ -182,6 +204,11 @@ class OptimConfig:
         check(self.lr > 0, f"{path}.lr", f"must be > 0, got {self.lr}")
         check(self.clip_grad >= 0, f"{path}.clip_grad", f"must be >= 0 (0 = off), got {self.clip_grad}")
         check(not (self.bf16 and self.fp16), f"{path}.fp16", "set at most one of bf16 / fp16")
+        check(self.loss_scale_window >= 1, f"{path}.loss_scale_window",
+              f"must be >= 1, got {self.loss_scale_window}")
+        for name in ("adam_beta1", "adam_beta2"):
+            value = getattr(self, name)
+            check(0 <= value < 1, f"{path}.{name}", f"must be in [0, 1), got {value}")
 
 
 @dataclass(frozen=True)
@@ -327,31 +354,83 @@ class FsdpConfig:
 
 
 @dataclass(frozen=True)
-class MegatronConfig:
-    """``actor.megatron`` (read by the Megatron backend; see its guide).
+class MegatronCkptConfig:
+    """``actor.megatron.ckpt``: the HF -> Megatron conversion done on the first run when
+    ``actor.megatron.use_hf_ckpt`` is true (kept as a mapping in :class:`MegatronConfig` and
+    checked against this class).
 
     Attributes:
-        ddp_bucket_size: gradient bucket size of Megatron's DDP; null = Megatron's default.
-        distributed_backend: torch.distributed backend.
-        distributed_timeout_minutes: timeout of collective operations.
-        ckpt_format: Megatron checkpoint format.
-        use_dist_ckpt: save distributed (sharded) checkpoints.
+        model: model name recorded with the converted checkpoint (metadata only).
+        hf_model_path: HF folder to convert; null = actor.model.model_path.
+        save_path: cache folder of converted checkpoints; each conversion lands in a sub-folder
+            named by a content hash of the HF checkpoint and the parallel sizes, and is reused
+            while both are unchanged. null = ``~/.cache/rlinf/megatron``.
+        use_gpu_num: accepted, no effect (conversion runs on the CPU of actor rank 0).
+        use_gpu_index: accepted, no effect.
+        process_num: accepted, no effect (the converter streams one layer at a time).
+        tensor_model_parallel_size, pipeline_model_parallel_size: sizes of the converted
+            checkpoint; null = actor.model's; when set they must equal actor.model's.
+    """
+
+    model: str | None = None
+    hf_model_path: str | None = None
+    save_path: str | None = None
+    use_gpu_num: int = 0
+    use_gpu_index: int | None = None
+    process_num: int = 1
+    tensor_model_parallel_size: int | None = None
+    pipeline_model_parallel_size: int | None = None
+
+    def validate(self, path: str) -> None:
+        check(self.process_num >= 1, f"{path}.process_num", f"must be >= 1, got {self.process_num}")
+
+
+@dataclass(frozen=True)
+class MegatronConfig:
+    """``actor.megatron`` (read by the Megatron backend; see docs/megatron_backend.md).
+
+    Attributes:
+        ddp_bucket_size: gradient bucket size (elements) of Megatron's DDP; null = Megatron's
+            default.
+        distributed_backend: torch.distributed backend of the actor group on GPUs (the CPU test
+            path always uses gloo).
+        distributed_timeout_minutes: timeout of collective operations (>= 1).
+        ckpt_format: format of the actor's training checkpoints: torch (one file per rank;
+            resume needs the same tensor / pipeline / data-parallel sizes).
+        use_dist_ckpt: distributed (resharding) checkpoints; not implemented, only false is
+            accepted with training_backend megatron.
         tp_comm_bootstrap_backend: backend that bootstraps tensor-parallel communication overlap.
-        tp_comm_overlap_cfg: YAML file of tensor-parallel overlap settings; null = defaults.
-        use_hf_ckpt: start from the HF checkpoint, converted to Megatron format (see ckpt).
-        ckpt: settings of the HF -> Megatron conversion (model, hf_model_path, save_path, ...),
-            passed through unchecked.
+        tp_comm_overlap_cfg: tensor-parallel communication overlap settings (Transformer Engine
+            userbuffers); not used by this backend, only null is accepted with megatron.
+        use_hf_ckpt: convert the HF checkpoint (model_path) to Megatron format on the first run
+            and start from it; the conversion is cached (see ckpt).
+        ckpt: the conversion settings (unknown keys and bad values are rejected): model
+            (metadata), hf_model_path (null = actor.model.model_path), save_path (cache folder,
+            null = ~/.cache/rlinf/megatron), tensor_model_parallel_size /
+            pipeline_model_parallel_size (null or equal to actor.model's), use_gpu_num,
+            use_gpu_index, process_num (accepted, no effect).
     """
 
     ddp_bucket_size: int | None = None
     distributed_backend: Literal["nccl", "gloo"] = "nccl"
     distributed_timeout_minutes: int = 30
-    ckpt_format: str = "torch"
+    ckpt_format: Literal["torch"] = "torch"
     use_dist_ckpt: bool = False
-    tp_comm_bootstrap_backend: str = "nccl"
+    tp_comm_bootstrap_backend: Literal["nccl", "mpi", "gloo"] = "nccl"
     tp_comm_overlap_cfg: str | None = None
     use_hf_ckpt: bool = False
     ckpt: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self, path: str) -> None:
+        self.ckpt_config(path)
+        check(self.distributed_timeout_minutes >= 1, f"{path}.distributed_timeout_minutes",
+              f"must be >= 1, got {self.distributed_timeout_minutes}")
+        check(self.ddp_bucket_size is None or self.ddp_bucket_size > 0, f"{path}.ddp_bucket_size",
+              f"must be > 0 or null, got {self.ddp_bucket_size}")
+
+    def ckpt_config(self, path: str = "actor.megatron") -> MegatronCkptConfig:
+        """``ckpt`` parsed into :class:`MegatronCkptConfig` (raises ``ConfigError`` naming the key)."""
+        return parse_section(MegatronCkptConfig, self.ckpt, f"{path}.ckpt")
 
 
 @dataclass(frozen=True)
@@ -389,3 +468,65 @@ class ActorConfig:
     fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     channel: ChannelRef = field(default_factory=ChannelRef)
+
+    def validate(self, path: str) -> None:
+        m = self.model
+        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
+            check(getattr(m, name) >= 1, f"{path}.model.{name}", f"must be >= 1, got {getattr(m, name)}")
+        if self.training_backend == "megatron":
+            check_megatron(self, path)
+
+
+def check_megatron(cfg: ActorConfig, path: str) -> None:
+    """Cross-key rules of ``training_backend: megatron`` (run by :meth:`ActorConfig.validate`).
+
+    Architecture keys (heads divisible by the tensor-parallel size, activation, ...) need the HF
+    config and are checked when the engine starts.
+    """
+    m, o, mg = cfg.model, cfg.optim, cfg.megatron
+    check(cfg.mcore_gpt, f"{path}.mcore_gpt", "the Megatron backend builds megatron-core's GPTModel; set true")
+    check(cfg.spec_name == "decoder_gpt", f"{path}.spec_name",
+          f"only decoder_gpt (megatron-core's GPT layer spec) is built, got {cfg.spec_name!r}")
+    check(not cfg.enable_dp_load_balance, f"{path}.enable_dp_load_balance",
+          "not implemented by the Megatron backend; set false")
+    check(not m.gradient_checkpointing, f"{path}.model.gradient_checkpointing",
+          "is the FSDP backend's switch; with megatron set actor.model.recompute_granularity instead")
+    check(not m.is_lora, f"{path}.model.is_lora", "LoRA is not supported by the Megatron backend")
+    check(not (m.sequence_parallel and m.tensor_model_parallel_size > 1), f"{path}.model.sequence_parallel",
+          "not supported: the Megatron backend builds megatron-core's local layer spec, whose RMSNorm "
+          "(torch) refuses sequence parallelism (it needs Transformer Engine layers); set false")
+    if m.recompute_granularity == "full":
+        check(m.recompute_method is not None, f"{path}.model.recompute_method",
+              "recompute_granularity full needs recompute_method uniform or block")
+        check(m.recompute_num_layers is not None and m.recompute_num_layers >= 1,
+              f"{path}.model.recompute_num_layers",
+              f"recompute_granularity full needs recompute_num_layers >= 1, got {m.recompute_num_layers}")
+    if m.recompute_granularity == "selective":
+        check(m.recompute_num_layers is None, f"{path}.model.recompute_num_layers",
+              "must be null with recompute_granularity selective")
+    check(m.seq_length is None or m.seq_length >= 1, f"{path}.model.seq_length",
+          f"must be >= 1 or null, got {m.seq_length}")
+    half = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}.get(m.precision)
+    for flag in ("bf16", "fp16"):
+        check(getattr(o, flag) == (half == flag), f"{path}.optim.{flag}",
+              f"must be {str(half == flag).lower()} with actor.model.precision {m.precision} (Megatron "
+              "trains fp32 main weights in the optimizer exactly when the model is bf16 / fp16)")
+    check(not o.overlap_param_gather or o.use_distributed_optimizer, f"{path}.optim.overlap_param_gather",
+          "needs actor.optim.use_distributed_optimizer: true")
+    check(not o.overlap_param_gather_with_optimizer_step, f"{path}.optim.overlap_param_gather_with_optimizer_step",
+          "needs virtual pipeline stages, which the Megatron backend does not build; set false")
+    check(not mg.use_dist_ckpt, f"{path}.megatron.use_dist_ckpt",
+          "distributed (resharding) checkpoints are not implemented; set false (checkpoints are one "
+          "torch file per rank)")
+    check(mg.tp_comm_overlap_cfg is None, f"{path}.megatron.tp_comm_overlap_cfg",
+          "tensor-parallel communication overlap needs Transformer Engine userbuffers, which this "
+          "backend does not use; set null")
+    check(mg.use_hf_ckpt != (m.megatron_checkpoint is not None), f"{path}.megatron.use_hf_ckpt",
+          "set exactly one weight source: use_hf_ckpt: true (convert actor.model.model_path) or "
+          "actor.model.megatron_checkpoint (an already converted folder)")
+    ck = mg.ckpt_config(f"{path}.megatron")
+    for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
+        value = getattr(ck, name)
+        check(value is None or value == getattr(m, name), f"{path}.megatron.ckpt.{name}",
+              f"{value} differs from actor.model.{name} ({getattr(m, name)}); the converted "
+              "checkpoint must have the training sizes")
