@@ -10,14 +10,19 @@ every tensor lives on the CPU:
   ``torch.cuda.current_device()`` and call ``torch.cuda.synchronize()``;
 * DDP's ``param_and_grad_buffer`` allocates grad buffers on the current CUDA device and uses CUDA
   streams;
-* ``optimizer.clip_grads`` allocates on ``"cuda"`` and asserts ``torch.cuda.FloatTensor`` grads.
+* ``optimizer.clip_grads`` allocates on ``"cuda"`` and asserts ``torch.cuda.FloatTensor`` grads;
+* tied embeddings with pipeline stages call ``weight.data.cuda()`` before their all-reduce.
 
 This module swaps, for the duration of :func:`cpu_shim` (or for the rest of the process after
 :func:`install`), the ``torch`` global of every loaded ``megatron.core`` module for a proxy whose
-``cuda`` namespace and allocation functions point at the CPU, and replaces the RNG-tracker helpers
-and ``clip_grad_by_total_norm_fp32`` with CPU versions. Nothing in ``rlinf/`` or ``toolkits/``
-imports it: product code runs megatron's forward on GPUs only (see
-``docs/checkpoint_converter.md``).
+``cuda`` namespace and allocation functions point at the CPU, replaces the RNG-tracker helpers
+and ``clip_grad_by_total_norm_fp32`` with CPU versions, and makes ``Tensor.cuda`` return the
+tensor itself. Nothing in ``rlinf/`` or ``toolkits/`` imports it: product code runs megatron's
+forward on GPUs only (see ``docs/checkpoint_converter.md``).
+
+Checked with megatron-core 0.16.1 on gloo: GPTModel forward at TP=2 / PP=2 (logits equal HF's),
+and ``forward_backward_func`` (1F1B, PP=2; and TP=2) with megatron DDP and
+``get_megatron_optimizer`` (Adam, ``clip_grad=1.0``) stepping.
 
 Usage::
 
@@ -188,6 +193,10 @@ def _clip_grad_by_total_norm_cpu(parameters, max_norm, total_norm, use_decoupled
                 grad.detach().mul_(coeff)
 
 
+def _tensor_stays_on_cpu(self: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    return self
+
+
 _saved: list[tuple[Any, str, Any]] = []
 
 
@@ -211,7 +220,9 @@ def install() -> None:
     _swap(random, "_set_cuda_rng_state", _set_rng_state_cpu)
     _swap(random.CudaRNGStatesTracker, "fork", _fork_cpu)
     for module_name in ("megatron.core.optimizer.clip_grads", "megatron.core.optimizer.optimizer"):
-        _swap(sys.modules[module_name], "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm_cpu)
+        module = sys.modules[module_name]
+        _swap(module, "clip_grad_by_total_norm_fp32", _clip_grad_by_total_norm_cpu)
+    _swap(torch.Tensor, "cuda", _tensor_stays_on_cpu)
 
 
 def uninstall() -> None:

@@ -39,6 +39,8 @@ from rlinf.engines.training.megatron.layout import ConversionError
 
 __all__ = [
     "HFWeights",
+    "iteration_dir",
+    "pp_size_of",
     "write_hf_weights",
     "META_FILE",
     "load_all_shards",
@@ -55,7 +57,8 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 CHECKPOINT_VERSION = 3.0
 
 
-def _iteration_dir(root: Path) -> Path:
+def iteration_dir(root: Path) -> Path:
+    """The folder ``latest_checkpointed_iteration.txt`` points at (``release`` or ``iter_*``)."""
     tracker = root / TRACKER_FILE
     if not tracker.is_file():
         raise ConversionError(f"no {TRACKER_FILE} in {root} (not a megatron checkpoint)")
@@ -120,11 +123,11 @@ def _torch_load(path: Path) -> dict[str, Any]:
             raise ConversionError(f"cannot load {path} with weights_only: {error}") from None
 
 
-def _pp_size(root: Path) -> int:
+def pp_size_of(root: Path) -> int:
     """Pipeline size from the metadata, else from the shard folder names."""
     if (root / META_FILE).is_file():
         return int(read_metadata(root)["pp"])
-    names = [p.name for p in _iteration_dir(root).glob("mp_rank_*")]
+    names = [p.name for p in iteration_dir(root).glob("mp_rank_*")]
     stages = {int(m.group(1)) for n in names if (m := re.fullmatch(r"mp_rank_\d+_(\d+)", n))}
     return max(stages) + 1 if stages else 1
 
@@ -133,9 +136,9 @@ def load_shard(path: str | os.PathLike, tp_rank: int, pp_rank: int) -> dict[str,
     """The ``"model"`` state dict of rank (``tp_rank``, ``pp_rank``) of the checkpoint at ``path``
     (the folder holding ``latest_checkpointed_iteration.txt``)."""
     root = Path(path)
-    pp = _pp_size(root)
+    pp = pp_size_of(root)
     name = f"mp_rank_{tp_rank:02d}" + (f"_{pp_rank:03d}" if pp > 1 else "")
-    file = _iteration_dir(root) / name / "model_optim_rng.pt"
+    file = iteration_dir(root) / name / "model_optim_rng.pt"
     if not file.is_file():
         raise ConversionError(f"missing checkpoint shard {file}")
     payload = _torch_load(file)
