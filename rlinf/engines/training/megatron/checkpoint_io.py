@@ -173,6 +173,7 @@ def staged_destination(dest: str | os.PathLike, overwrite: bool = False) -> Iter
     ...     _ = (tmp / "a.txt").write_text("x")
     >>> sorted(p.name for p in (base / "out").iterdir()), sorted(p.name for p in base.iterdir())
     (['a.txt'], ['out'])
+    >>> shutil.rmtree(base)
     """
     dest = Path(dest).absolute()
     _check_destination(dest, overwrite)

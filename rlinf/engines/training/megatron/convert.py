@@ -402,12 +402,13 @@ def _logit_worker(rank: int, world: int, port: int, jobs: list[_ForwardJob], dev
         raise
 
 
-def _hf_logits(hf_path: str, tokens: torch.Tensor) -> torch.Tensor:
+def _hf_logits(hf_path: str, tokens: torch.Tensor, device: str) -> torch.Tensor:
+    """The HF model's fp32 logits (on ``device``, free again once the workers have exited)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(hf_path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(hf_path, dtype=torch.float32).to(device).eval()
     with torch.no_grad():
-        return model(tokens).logits
+        return model(tokens.to(device)).logits.cpu()
 
 
 def logit_check(
@@ -449,7 +450,7 @@ def logit_check(
         diffs = []
         for index, (case, job) in enumerate(zip(cases, jobs)):
             theirs = torch.load(Path(out_dir) / f"logits_{index}.pt", weights_only=True)
-            ours = _hf_logits(case.hf_path, torch.tensor(job.tokens))
+            ours = _hf_logits(case.hf_path, torch.tensor(job.tokens), device)
             diffs.append(float((theirs[..., : ours.shape[-1]] - ours).abs().max()))
     return diffs
 
