@@ -12,20 +12,21 @@ groups, on slot 0 alone) and the real runtime path:
 ``EmbodiedConfig.from_dict`` -> ``launch_embodied_groups`` (EnvWorker, PolicyRolloutWorker,
 actor) -> ``EmbodiedRunner(cfg, groups).rollout("train", seed, record=True)``: the env worker
 steps each stage's ``VectorEnv``, the rollout worker acts, observations and actions cross the
-Channel. ``N`` train envs, episode length ``T`` = the rollout's policy steps (K = 1 action per step).
+env -> rollout pipe (``rlinf.scheduler.pipe``, one TCP connection per env worker). ``N`` train envs, episode length ``T`` = the rollout's policy steps (K = 1 action per step).
 
-For each stage count S (1, then 2), in this order:
+For each stage count S (1, then 2), three paths, each warmed up once untimed and then timed in
+``--repeats`` interleaved rounds (env alone, policy alone, pipeline; so background load hits all
+three alike); every figure is the median over the rounds:
 
 1. env alone -- the driver builds the same ``VectorEnv``s the env worker holds (``make_vector_env``
    with the same config, ``N / S`` envs per stage, the same ranks), resets each stage and steps
-   them T times, stage after stage, with precomputed uniform random actions: no policy, no channel.
-   ``env_s`` = seconds of resets + T steps of all stages (best of ``--repeats``).
+   them T times, stage after stage, with precomputed uniform random actions: no policy, no
+   messages. ``env_s`` = seconds of resets + T steps of all stages.
 2. policy alone -- ``build_policy`` (same model config, same observation spec, random weights,
    1 torch thread like a Ray worker) on the observation batches recorded in 1.: per stage T
    ``act()`` calls plus one ``value()`` (what the rollout worker computes at the end).
-   ``policy_s`` = the total (best of ``--repeats``).
-3. pipeline -- launch the groups with S stages, one untimed warm-up rollout, then ``--repeats``
-   timed rollouts; measured steps/s = N x T / median rollout seconds.
+3. pipeline -- the groups launched with S stages; one rollout; measured steps/s = N x T /
+   rollout seconds.
 
 Ideal rollout seconds: ``env_s + policy_s`` for S = 1 (one waits for the other); ``max(env_s,
 policy_s)`` for S = 2 (the env steps one stage while the policy computes the other). Ideal
@@ -35,9 +36,10 @@ ideal) for 2 stages; the 1-stage row is printed for comparison (PASS / MISS agai
 The overhead column is (measured - ideal seconds) / T: what the pipeline adds per policy step.
 Diagnostic under the table (the profile of that overhead): two bare workers on the env and
 rollout slots exchange one real observation message of a stage (an ``ObsMessage`` built from the
-recorded observations) and an action through a Channel, 100 round trips after 10 warm-up (20 with
-``--quick``), no env, no policy -- the transport every stage of every policy step pays; the
-median is printed with stages x it per policy step.
+recorded observations) and an action, 100 round trips after 10 warm-up (20 with ``--quick``), no
+env, no policy -- the transport every stage of every policy step pays -- once through a pipe (what
+the runtime uses) and once through a Channel (the broker it used before); medians are printed
+with stages x them per policy step.
 """
 
 from __future__ import annotations
@@ -106,120 +108,155 @@ def build_config(args, stages: int, action_dim: int):
     return EmbodiedConfig.from_dict(raw)
 
 
-def time_env_alone(cfg, stages: int, steps: int, repeats: int, seed: int):
-    """Seconds of resets + ``steps`` steps of every stage's VectorEnv (best of ``repeats``), the
-    observation batches seen (stage -> list), and the observation spec the env worker reports."""
-    import torch
+class EnvAlone:
+    """The VectorEnvs the env worker holds (same config, ``N / S`` envs per stage, same ranks),
+    stepped by the driver with precomputed uniform random actions: no policy, no messages."""
 
-    from rlinf.engines.simulators import make_vector_env
-    from rlinf.models.embodied.base import ObsSpec
+    def __init__(self, cfg, stages: int, steps: int, seed: int):
+        import torch
 
-    per_stage = cfg.env.train.total_num_envs // stages
-    envs = [make_vector_env(cfg.env.train, per_stage, rank=s) for s in range(stages)]
-    try:
-        env0 = envs[0]
+        from rlinf.engines.simulators import make_vector_env
+
+        per_stage = cfg.env.train.total_num_envs // stages
+        self.envs = [make_vector_env(cfg.env.train, per_stage, rank=s) for s in range(stages)]
+        self.steps, self.seed = steps, seed
+        env0 = self.envs[0]
         gen = torch.Generator().manual_seed(seed)
         low = torch.as_tensor(env0.action_low, dtype=torch.float32)
         high = torch.as_tensor(env0.action_high, dtype=torch.float32)
-        actions = [[low + (high - low) * torch.rand(per_stage, low.numel(), generator=gen)
-                    for _ in range(steps)] for _ in range(stages)]
-        best, observations = float("inf"), None
-        for rep in range(repeats + 1):  # the first pass is an untimed warm-up
-            seen = [[] for _ in range(stages)]
-            t0 = time.perf_counter()
-            for s, env in enumerate(envs):
-                seen[s].append(env.reset(seed=seed * 1000 + s))
-            for t in range(steps):
-                for s, env in enumerate(envs):
-                    seen[s].append(env.step(actions[s][t]).obs)
-            elapsed = time.perf_counter() - t0
-            log(f"  env alone, {stages} stage(s), pass {rep}: {elapsed:.3f} s"
-                + (" (warm-up)" if rep == 0 else ""))
-            if rep > 0:
-                best = min(best, elapsed)
-            observations = seen
-        obs = observations[0][0]
+        self.actions = [[low + (high - low) * torch.rand(per_stage, low.numel(), generator=gen)
+                         for _ in range(steps)] for _ in range(stages)]
+
+    def one_pass(self) -> tuple[float, list]:
+        """Seconds of resets + T steps of every stage, and the observation batches seen."""
+        seen = [[] for _ in self.envs]
+        t0 = time.perf_counter()
+        for s, env in enumerate(self.envs):
+            seen[s].append(env.reset(seed=self.seed * 1000 + s))
+        for t in range(self.steps):
+            for s, env in enumerate(self.envs):
+                seen[s].append(env.step(self.actions[s][t]).obs)
+        return time.perf_counter() - t0, seen
+
+    def obs_spec(self, obs):
+        from rlinf.models.embodied.base import ObsSpec
+
+        env0 = self.envs[0]
         cams = list(obs.images)
         image = obs.images[cams[0]] if cams else None
-        spec = ObsSpec(state_dim=0 if obs.states is None else int(obs.states.shape[1]),
+        return ObsSpec(state_dim=0 if obs.states is None else int(obs.states.shape[1]),
                        image_shape=None if image is None else tuple(int(x) for x in image.shape[1:]),
                        has_wrist=len(cams) > 1,
                        action_low=tuple(float(x) for x in env0.action_low),
                        action_high=tuple(float(x) for x in env0.action_high))
-        return best, observations, spec
-    finally:
-        for env in envs:
+
+    def close(self) -> None:
+        for env in self.envs:
             env.close()
 
 
-def time_policy_alone(cfg, spec, observations, repeats: int, seed: int) -> float:
-    """Seconds of T ``act()`` + one ``value()`` per stage on the recorded batches (best of ``repeats``)."""
-    import torch
+class PolicyAlone:
+    """``build_policy`` (same model config and observation spec, random weights) on recorded
+    observation batches: per stage T ``act()`` calls plus one ``value()``, on 1 torch thread like
+    a Ray worker (OMP_NUM_THREADS=1)."""
 
-    from rlinf.models.embodied import build_policy
-    from rlinf.workers.rollout.policy_worker import policy_inputs
+    def __init__(self, cfg, spec, seed: int):
+        import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in a Ray worker (OMP_NUM_THREADS=1)
-    try:
-        policy = build_policy(cfg.actor.model, spec).eval()
-        gen = torch.Generator().manual_seed(seed)
-        best = float("inf")
-        with torch.no_grad():
-            for rep in range(repeats + 1):
+        from rlinf.models.embodied import build_policy
+
+        self.policy = build_policy(cfg.actor.model, spec).eval()
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def one_pass(self, observations) -> float:
+        import torch
+
+        from rlinf.workers.rollout.policy_worker import policy_inputs
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.no_grad():
                 t0 = time.perf_counter()
                 for seen in observations:
                     for obs in seen[:-1]:
-                        out = policy.act(**policy_inputs(obs), deterministic=False, generator=gen)
+                        out = self.policy.act(**policy_inputs(obs), deterministic=False, generator=self.gen)
                         out.actions.cpu()
-                    policy.value(**policy_inputs(seen[-1]))
-                elapsed = time.perf_counter() - t0
-                log(f"  policy alone, {len(observations)} stage(s), pass {rep}: {elapsed:.3f} s"
-                    + (" (warm-up)" if rep == 0 else ""))
-                if rep > 0:
-                    best = min(best, elapsed)
-        return best
-    finally:
-        torch.set_num_threads(threads)
+                    self.policy.value(**policy_inputs(seen[-1]))
+                return time.perf_counter() - t0
+        finally:
+            torch.set_num_threads(threads)
 
 
-def time_pipeline(cfg, cluster, repeats: int) -> list[float]:
-    """Seconds of each timed ``EmbodiedRunner.rollout('train', ..., record=True)``."""
-    from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+class Pipeline:
+    """The real path: ``launch_embodied_groups`` + ``EmbodiedRunner.rollout('train', ..., record=True)``."""
 
-    plan = cfg.cluster.plan(cluster.shape)
-    cfg.check_against_plan(plan)
-    groups = launch_embodied_groups(cfg, cluster, plan)
-    runner = None
+    def __init__(self, cfg, cluster):
+        from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+
+        plan = cfg.cluster.plan(cluster.shape)
+        cfg.check_against_plan(plan)
+        self.cfg, self.groups, self.runner, self.rollouts = cfg, launch_embodied_groups(cfg, cluster, plan), None, 0
+        self.runner = EmbodiedRunner(cfg, self.groups, None)
+
+    def one_pass(self) -> float:
+        self.rollouts += 1
+        t0 = time.perf_counter()
+        trajs, _ = self.runner.rollout("train", seed=self.rollouts, record=True)
+        elapsed = time.perf_counter() - t0
+        assert sum(t.num_envs for t in trajs) == self.cfg.env.train.total_num_envs
+        return elapsed
+
+    def close(self) -> None:
+        self.runner.close()
+        self.groups.shutdown()
+
+
+def measure(cfg, cluster, stages: int, steps: int, repeats: int, seed: int):
+    """One untimed warm-up pass of each path, then ``repeats`` rounds of (env alone, policy alone,
+    pipeline), interleaved so background load hits all three alike. Returns the per-round seconds
+    of each path, the last observation batches and the observation spec."""
+    env = EnvAlone(cfg, stages, steps, seed)
+    pipeline = None
     try:
-        runner = EmbodiedRunner(cfg, groups, None)
-        times = []
-        for rep in range(repeats + 1):
-            t0 = time.perf_counter()
-            trajs, _ = runner.rollout("train", seed=1 + rep, record=True)
-            elapsed = time.perf_counter() - t0
-            assert sum(t.num_envs for t in trajs) == cfg.env.train.total_num_envs
-            log(f"  pipeline, {cfg.rollout.pipeline_stage_num} stage(s), rollout {rep}: {elapsed:.3f} s"
-                + (" (warm-up)" if rep == 0 else ""))
-            if rep > 0:
-                times.append(elapsed)
-        return times
+        _, observations = env.one_pass()
+        spec = env.obs_spec(observations[0][0])
+        policy = PolicyAlone(cfg, spec, seed)
+        policy.one_pass(observations)
+        pipeline = Pipeline(cfg, cluster)
+        pipeline.one_pass()
+        times = {"env": [], "policy": [], "pipeline": []}
+        for rep in range(repeats):
+            e, observations = env.one_pass()
+            p = policy.one_pass(observations)
+            m = pipeline.one_pass()
+            for k, v in (("env", e), ("policy", p), ("pipeline", m)):
+                times[k].append(v)
+            log(f"  {stages} stage(s), round {rep + 1}: env alone {e:.3f} s, policy alone {p:.3f} s, "
+                f"pipeline {m:.3f} s")
+        return times, observations, spec
     finally:
-        if runner is not None:
-            runner.close()
-        groups.shutdown()
+        if pipeline is not None:
+            pipeline.close()
+        env.close()
 
 
 class _EnvSide(Worker):
     """Diagnostic: plays the env worker's part of one stage's exchange with no simulator."""
 
     def exchange(self, channel, message, n: int) -> list[float]:
-        """Seconds of each of ``n`` put(observation message) + get(action) round trips."""
+        """Seconds of each of ``n`` send(observation message) + receive(action) round trips,
+        through ``channel`` or (None) through the pipe to the policy side."""
+        pipe = self.pipe("bench", 0) if channel is None else None
         out = []
-        for i in range(n):
+        for _ in range(n):
             t0 = time.perf_counter()
-            channel.put(message, key="obs")
-            channel.get(key="act")
+            if pipe is None:
+                channel.put(message, key="obs")
+                channel.get(key="act")
+            else:
+                pipe.send(message, key="obs")
+                pipe.recv(key="act")
             out.append(time.perf_counter() - t0)
         return out
 
@@ -228,29 +265,38 @@ class _PolicySide(Worker):
     """Diagnostic: plays the rollout worker's part with no policy (answers a fixed action)."""
 
     def serve(self, channel, action, n: int) -> int:
+        pipe = self.pipe("bench", 0) if channel is None else None
         for _ in range(n):
-            channel.get(key="obs")
-            channel.put(action, key="act")
+            if pipe is None:
+                channel.get(key="obs")
+                channel.put(action, key="act")
+            else:
+                pipe.recv(key="obs")
+                pipe.send(action, key="act")
         return n
 
 
-def time_transport(cluster, message, action, n: int) -> list[float]:
+def time_transport(cluster, message, action, n: int) -> dict[str, list[float]]:
     """Round trips of one real observation message and one action between two workers on the
-    env and rollout slots (0 and 1) through a Channel: the transport of one stage of one policy step."""
-    from rlinf.scheduler import Channel, WorkerGroup, plan_placement
+    env and rollout slots (0 and 1), through a pipe and through a Channel: the transport of one
+    stage of one policy step."""
+    import ray
+
+    from rlinf.scheduler import Channel, PipeLink, WorkerGroup, plan_placement
 
     plan = plan_placement({"envside": "0", "policyside": "1"}, cluster.shape)
     env_side = WorkerGroup.launch(cluster, _EnvSide, plan.component("envside"), name="envside")
     policy_side = WorkerGroup.launch(cluster, _PolicySide, plan.component("policyside"), name="policyside")
     channel = Channel.create(f"bench-transport-{os.getpid()}")
     try:
-        serving = policy_side.serve(channel, action, n + 10)
-        rtts = env_side.exchange(channel, message, n + 10).wait()[0][10:]  # 10 warm-up
-        serving.wait()
-        return rtts
+        PipeLink.connect("bench", env_side, policy_side, pairs=[(0, 0)])
+        out = {}
+        for name, via in (("pipe", None), ("channel", channel)):
+            serving = policy_side.serve(via, action, n + 10)
+            out[name] = env_side.exchange(via, message, n + 10).wait()[0][10:]  # 10 warm-up
+            serving.wait()
+        return out
     finally:
-        import ray
-
         ray.kill(channel._actor)
         env_side.shutdown()
         policy_side.shutdown()
@@ -323,13 +369,13 @@ def main(argv: list[str] | None = None) -> None:
         for stages in stage_counts:
             cfg = build_config(args, stages, action_dim)
             log(f"# {stages} stage(s)")
-            env_s, observations, spec = time_env_alone(cfg, stages, args.steps, args.repeats, seed=7)
-            policy_s = time_policy_alone(cfg, spec, observations, args.repeats, seed=7)
-            measured = statistics.median(time_pipeline(cfg, cluster, args.repeats))
+            times, observations, spec = measure(cfg, cluster, stages, args.steps, args.repeats, seed=7)
+            env_s, policy_s = statistics.median(times["env"]), statistics.median(times["policy"])
+            measured = statistics.median(times["pipeline"])
             ideal = env_s + policy_s if stages == 1 else max(env_s, policy_s)
             rows.append((stages, env_s, policy_s, measured, ideal))
             last = (observations, stages)
-        # Diagnostic: the channel cost of one stage of one policy step, with a real message.
+        # Diagnostic: the transport cost of one stage of one policy step, with a real message.
 
         from rlinf.workers.env.messages import ObsMessage
 
@@ -342,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
                              reset_state_ids=torch.zeros(n_stage, dtype=torch.long))
         action = torch.zeros(n_stage, 1, spec_action_dim(spec))
         rtts = time_transport(cluster, message, action, 20 if args.quick else 100)
-        transport = (statistics.median(rtts), n_stage, message_bytes(message))
+        transport = ({k: statistics.median(v) for k, v in rtts.items()}, n_stage, message_bytes(message))
     finally:
         ray.shutdown()
 
@@ -354,10 +400,10 @@ def main(argv: list[str] | None = None) -> None:
     obs = f"{args.obs} {args.image}x{args.image}" if args.obs == "rgb" else args.obs
     print(f"# bench_env_pipeline: {os.cpu_count()} CPU(s), torch {torch.__version__}, ray {ray.__version__}; "
           f"env {args.env}{' ' + args.task if args.env == 'maniskill' else ''} ({obs}), policy {args.policy}, "
-          f"N={args.envs} envs, T={args.steps} steps per rollout, {args.repeats} timed pass(es) each"
+          f"N={args.envs} envs, T={args.steps} steps per rollout, {args.repeats} timed round(s)"
           + (" (--quick: numbers mean little)" if args.quick else ""))
     print(f"# env alone = resets + T steps of every stage, policy alone = T act() + 1 value() per stage, "
-          f"best of the passes; measured = median rollout; load average at the end: {load}")
+          f"medians of interleaved rounds; load average at the end: {load}")
     print()
     print("| stages | env alone s | policy alone s | measured s | ideal s | measured steps/s | "
           "ideal steps/s | measured/ideal | overhead ms / policy step | goal >= 0.91 |")
@@ -369,11 +415,13 @@ def main(argv: list[str] | None = None) -> None:
               f"{n_steps / measured:.1f} | {n_steps / ideal:.1f} | {ratio:.2f} | "
               f"{1000 * (measured - ideal) / args.steps:.1f} | {verdict} |")
     print()
-    rtt, n_stage, nbytes = transport
-    print(f"- transport, diagnostic: one stage's observation message ({n_stage} envs, {nbytes / 1024:.0f} KiB "
-          f"pickled) env slot -> rollout slot and an action back through a Channel, no env, no policy: "
-          f"median {1000 * rtt:.1f} ms per round trip; x stages per policy step: "
-          + ", ".join(f"{s} stage(s) {1000 * rtt * s:.1f} ms" for s, *_ in rows))
+    rtts, n_stage, nbytes = transport
+    for name, rtt in rtts.items():
+        used = "what the runtime uses" if name == "pipe" else "the broker used before, for comparison"
+        print(f"- transport, diagnostic ({name}, {used}): one stage's observation message ({n_stage} envs, "
+              f"{nbytes / 1024:.0f} KiB pickled) env slot -> rollout slot and an action back, no env, no "
+              f"policy: median {1000 * rtt:.2f} ms per round trip; x stages per policy step: "
+              + ", ".join(f"{s} stage(s) {1000 * rtt * s:.2f} ms" for s, *_ in rows))
     by_stage = {r[0]: r for r in rows}
     if 1 in by_stage and 2 in by_stage:
         print(f"- 2 stages vs 1 stage, measured: {by_stage[1][3] / by_stage[2][3]:.2f}x the steps/s")

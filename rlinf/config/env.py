@@ -195,7 +195,9 @@ class EnvSectionConfig:
 
     Attributes:
         group_name: worker group name.
-        channel: the channel observations go out on (``env_buffer_list`` / ``obs_buffer``).
+        channel: accepted as the reference writes it (``env_buffer_list`` / ``obs_buffer``) but
+            unused: env and rollout workers exchange observations and actions over direct
+            pipes, one per env worker (``rlinf.scheduler.pipe``), not through a channel.
         enable_offload: release simulator memory between phases when collocated.
         train: simulators used for training rollouts.
         eval: simulators used for evaluation (the runner decides when, e.g.

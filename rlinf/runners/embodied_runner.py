@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from dataclasses import dataclass
 
 import torch
@@ -32,11 +31,11 @@ from rlinf.data.embodied_batch import EmbodiedBatch, Trajectory
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.schedule import ScheduledRunner
-from rlinf.scheduler import Channel, Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
+from rlinf.scheduler import Cluster, Mode, PipeLink, PlacementPlan, SchedulerError, TensorLink, WorkerGroup
 from rlinf.utils.metric_logger import MetricLogger
 from rlinf.workers.actor.embodied_actor import POLICY_LINK, EmbodiedActorWorker
 from rlinf.workers.env.env_worker import EnvWorker
-from rlinf.workers.env.messages import EpisodeStats
+from rlinf.workers.env.messages import ENV_POLICY_PIPE, EpisodeStats
 from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker
 
 
@@ -53,6 +52,8 @@ class EmbodiedGroups:
     def shutdown(self) -> None:
         try:
             self.env.execute("close").wait(timeout=60)
+        except SchedulerError:
+            pass  # a dead or stuck env worker: killing the group below ends its simulators too
         finally:
             for group in (self.env, self.rollout, self.actor):
                 group.shutdown()
@@ -60,21 +61,28 @@ class EmbodiedGroups:
 
 def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: PlacementPlan) -> EmbodiedGroups:
     """Start env workers (which report the observation spec), then rollout and actor groups
-    sized from it; link actor -> rollout."""
+    sized from it; a pipe from every env worker to the rollout worker that serves it, a tensor
+    link actor -> rollout."""
     stages, model = cfg.rollout.pipeline_stage_num, cfg.actor.model
     env = WorkerGroup.launch(cluster, EnvWorker, plan.component("env"), name="env",
                              args=(cfg.env, stages, model.num_action_chunks))
+    launched = [env]
     try:
         obs_spec = env.execute("obs_spec", ranks=[0]).wait()[0]
         temperature = cfg.algorithm.sampling_params.temperature
         rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"), name="rollout",
                                      args=(model, obs_spec, env.world_size, stages, temperature))
+        launched.append(rollout)
         actor = WorkerGroup.launch(cluster, EmbodiedActorWorker, plan.component("actor"), name="actor",
                                    args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip))
+        launched.append(actor)
+        PipeLink.connect(ENV_POLICY_PIPE, env, rollout,
+                         pairs=[(e, e % rollout.world_size) for e in range(env.world_size)])
+        TensorLink.connect(POLICY_LINK, actor, 0, rollout)
     except BaseException:
-        env.shutdown()
+        for group in launched:
+            group.shutdown()
         raise
-    TensorLink.connect(POLICY_LINK, actor, 0, rollout)
     return EmbodiedGroups(env, rollout, actor, obs_spec, plan.mode("actor", "rollout"))
 
 
@@ -128,7 +136,6 @@ class EmbodiedRunner(ScheduledRunner):
         self.step = 0
         self.total_steps = cfg.runner.max_steps if cfg.runner.max_steps > 0 else cfg.runner.max_epochs
         self.history: list[dict[str, float]] = []
-        self.channel = Channel.create(f"{cfg.env.channel.name}-{uuid.uuid4().hex[:8]}")
         # actor and rollout sharing devices take turns when asked to (actor/rollout.enable_offload)
         shared = groups.actor_rollout_mode != Mode.DISAGGREGATED
         self.offload_actor = shared and cfg.actor.enable_offload
@@ -172,9 +179,8 @@ class EmbodiedRunner(ScheduledRunner):
         self._rollouts += 1
         if self.offload_actor:
             self.groups.actor.offload().wait()
-        env_call = self.groups.env.execute("run", split, self.channel, tag, steps, seed, video_name)
-        roll_call = self.groups.rollout.execute("run", self.channel, tag, steps, seed,
-                                                split == "eval", record)
+        env_call = self.groups.env.execute("run", split, tag, steps, seed, video_name)
+        roll_call = self.groups.rollout.execute("run", tag, steps, seed, split == "eval", record)
         trajs = roll_call.wait()
         if self.offload_rollout:
             self.groups.rollout.offload().wait()
@@ -230,6 +236,4 @@ class EmbodiedRunner(ScheduledRunner):
         return path
 
     def close(self) -> None:
-        import ray
-
-        ray.kill(self.channel._actor)
+        """Nothing to release: the pipes close with the groups (``EmbodiedGroups.shutdown``)."""

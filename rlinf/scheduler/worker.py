@@ -110,7 +110,35 @@ class Worker:
 
         return recv_tensors(self._rlinf_link(link))
 
+    def pipe(self, name: str, peer_rank: int):
+        """This worker's end of pipe ``name`` to rank ``peer_rank`` of the other group
+        (:class:`~rlinf.scheduler.pipe.Pipe`; connected on the driver with ``PipeLink.connect``)."""
+        return self._rlinf_pipe_ends().get(name, peer_rank)
+
+    def pipes(self, name: str) -> dict:
+        """All of this worker's ends of pipe ``name``: peer rank -> pipe (raises if none)."""
+        ends = self._rlinf_pipe_ends()
+        if not ends.pipes.get(name):
+            ends.get(name, -1)  # raises, naming the pipes this worker has
+        return dict(ends.pipes[name])
+
     # ---- called by WorkerGroup; not part of the user API -------------------------------------
+    def _rlinf_pipe_ends(self):
+        from rlinf.scheduler.pipe import PipeEnds
+
+        if not hasattr(self, "_rlinf_pipes"):
+            self._rlinf_pipes = PipeEnds()
+        return self._rlinf_pipes
+
+    def _rlinf_pipe_listen(self, name, host, expected, peer_group):
+        return self._rlinf_pipe_ends().listen(name, host, expected, peer_group)
+
+    def _rlinf_pipe_accept(self, name, timeout_s):
+        return self._rlinf_pipe_ends().accept(name, timeout_s)
+
+    def _rlinf_pipe_connect(self, name, peer_rank, peer, host, port, timeout_s):
+        self._rlinf_pipe_ends().connect(name, self.rank, peer_rank, peer, host, port, timeout_s)
+
     def _rlinf_link(self, name: str):
         links = getattr(self, "_rlinf_links", {})
         if name not in links:

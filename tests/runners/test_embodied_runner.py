@@ -89,3 +89,33 @@ def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp
         assert run_embodied(cfg, print_fn=lambda *_: None)["steps"] == 1
         step = read_metrics(str(tmp_path / adv / "out" / "t" / "metrics.jsonl"))[-1]
         assert step["actor/grad_norm"] > 0, adv
+
+
+def test_env_worker_dying_mid_rollout_fails_the_rollout_worker_at_once(ray_cluster, tmp_path):
+    """Env and rollout workers talk over pipes: a dead env process is an error, not a stall."""
+    import time
+
+    import ray
+
+    from rlinf.config.embodied import EmbodiedConfig
+    from rlinf.runners.embodied_runner import launch_embodied_groups
+    from rlinf.scheduler import WorkerError
+
+    cfg = EmbodiedConfig.from_dict(toy_config(tmp_path, {"env": "0-1", "rollout": "2", "actor": "3"}, 4))
+    plan = cfg.cluster.plan(ray_cluster.shape)
+    groups = launch_embodied_groups(cfg, ray_cluster, plan)
+    try:
+        # one full rollout works (tag, steps, seed); the second is cut by killing env rank 1
+        ok_env = groups.env.execute("run", "train", "a", 4, 0)
+        assert groups.rollout.execute("run", "a", 4, 0).wait(timeout=60)[0].num_envs == 8
+        ok_env.wait(timeout=60)
+        groups.env.execute("run", "train", "b", 10_000, 0)
+        serving = groups.rollout.execute("run", "b", 10_000, 0)
+        time.sleep(1.0)
+        ray.kill(groups.env.actors[1])
+        start = time.monotonic()
+        with pytest.raises(WorkerError, match="env\\[1\\] closed the connection"):
+            serving.wait(timeout=60)
+        assert time.monotonic() - start < 10
+    finally:
+        groups.shutdown()

@@ -1,14 +1,18 @@
 """The env worker: steps its share of the simulators, stage by stage, against the rollout workers.
 
 Each env worker holds ``total_num_envs / (env processes x pipeline_stage_num)`` environments per
-stage. A rollout runs ``T`` policy steps; in each, for every stage in turn, the worker takes that
-stage's action chunk from the channel, executes its ``K`` actions and puts the next observations
-back. With two stages the simulator steps stage A while the policy computes stage B's actions —
-the env / policy pipeline.
+stage. A rollout runs ``T`` policy steps; in each, for every stage in turn, the worker receives
+that stage's action chunk from its rollout worker, executes its ``K`` actions and sends the next
+observations back. With two stages the simulator steps stage A while the policy computes stage B's
+actions — the env / policy pipeline. The messages travel over a direct pipe to the rollout worker
+(:data:`ENV_POLICY_PIPE`, one TCP connection per env worker; see :mod:`rlinf.scheduler.pipe`): a
+round trip costs tens of microseconds, so the pipeline is bound by the simulator and the policy,
+not by messaging. A failure on either side is sent through the pipe, so the partner raises at once.
 """
 
 from __future__ import annotations
 
+import traceback
 
 import torch
 
@@ -17,8 +21,8 @@ from rlinf.engines.simulators import make_vector_env
 from rlinf.engines.simulators.base import EnvObs, VectorEnv
 from rlinf.engines.simulators.video import VideoRecorder
 from rlinf.models.embodied.base import ObsSpec
-from rlinf.scheduler import Channel, Worker
-from rlinf.workers.env.messages import EpisodeStats, ObsMessage, action_key, obs_key
+from rlinf.scheduler import Worker
+from rlinf.workers.env.messages import ENV_POLICY_PIPE, EpisodeStats, ObsMessage, action_key, obs_key
 
 
 class EnvWorker(Worker):
@@ -58,13 +62,25 @@ class EnvWorker(Worker):
                        action_low=tuple(float(x) for x in env.action_low),
                        action_high=tuple(float(x) for x in env.action_high))
 
-    def run(self, split: str, channel: Channel, tag: str, num_steps: int, seed: int,
+    def run(self, split: str, tag: str, num_steps: int, seed: int,
             video_name: str | None = None) -> EpisodeStats:
         """Serve one rollout of ``num_steps`` policy steps; returns the finished episodes.
 
         Every stage is reset with ``seed`` (+ stage) first; with ``video_name`` the first stage's
         environments are recorded (``env.<split>.video_cfg``) to ``<video_base_dir>/<name>.mp4``.
+        The rollout worker at the other end of this worker's pipe runs ``PolicyRolloutWorker.run``
+        with the same ``tag`` and ``num_steps``.
         """
+        (pipe,) = self.pipes(ENV_POLICY_PIPE).values()
+        try:
+            return self._serve(pipe, split, tag, num_steps, seed, video_name)
+        except BaseException as exc:
+            pipe.send_error(f"env worker {self.rank} ({split}): "
+                            + "".join(traceback.format_exception_only(type(exc), exc)).strip())
+            raise
+
+    def _serve(self, pipe, split: str, tag: str, num_steps: int, seed: int,
+               video_name: str | None) -> EpisodeStats:
         envs, cfg = self.envs(split), self._split_cfg(split)
         stats = EpisodeStats()
         recorder = None
@@ -75,13 +91,13 @@ class EnvWorker(Worker):
             obs = env.reset(seed=seed * 1000 + self.rank * self.stages + s)
             if recorder is not None and s == 0:
                 recorder.add(env.render())
-            channel.put(ObsMessage(obs=obs, reset_state_ids=torch.as_tensor(env.reset_state_ids)),
-                        key=obs_key(tag, self.rank, s))
+            pipe.send(ObsMessage(obs=obs, reset_state_ids=torch.as_tensor(env.reset_state_ids)),
+                      key=obs_key(tag, self.rank, s))
         for _ in range(num_steps):
             for s, env in enumerate(envs):
-                actions = channel.get(key=action_key(tag, self.rank, s))
+                actions = pipe.recv(key=action_key(tag, self.rank, s))
                 message = self._execute_chunk(env, actions, stats, recorder if s == 0 else None)
-                channel.put(message, key=obs_key(tag, self.rank, s))
+                pipe.send(message, key=obs_key(tag, self.rank, s))
         if recorder is not None and len(recorder):
             recorder.save(f"{video_name}_rank{self.rank}")
         return stats

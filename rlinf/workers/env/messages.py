@@ -66,6 +66,10 @@ class EpisodeStats:
                 f"{prefix}/episodes": float(n)}
 
 
+#: Name of the pipes between env workers and rollout workers (``PipeLink.connect`` on the driver).
+ENV_POLICY_PIPE = "env_policy"
+
+
 def obs_key(tag: str, env_rank: int, stage: int) -> str:
     return f"{tag}/obs/{env_rank}/{stage}"
 

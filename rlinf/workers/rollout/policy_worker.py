@@ -1,12 +1,15 @@
 """The embodied rollout worker: serves actions to its env workers, stage by stage, and records
 the trajectory (observations, sampled actions, log-probs, values, rewards, episode ends).
 
-Rollout rank ``r`` of ``R`` serves env ranks ``r, r + R, r + 2R, ...``. In each policy step it
-visits every (env rank, stage) slot in order: take the slot's observations, compute the action
-chunk, send it back. While it computes one stage, the env worker steps the other.
+Rollout rank ``r`` of ``R`` serves env ranks ``r, r + R, r + 2R, ...``, one pipe to each
+(:data:`~rlinf.workers.env.messages.ENV_POLICY_PIPE`). In each policy step it visits every
+(env rank, stage) slot in order: receive the slot's observations, compute the action chunk, send
+it back. While it computes one stage, the env worker steps the other.
 """
 
 from __future__ import annotations
+
+import traceback
 
 import torch
 
@@ -15,9 +18,9 @@ from rlinf.data.embodied_batch import Trajectory
 from rlinf.engines.simulators.base import EnvObs
 from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec
-from rlinf.scheduler import Channel, Worker
+from rlinf.scheduler import Worker
 from rlinf.workers.actor.embodied_actor import POLICY_LINK
-from rlinf.workers.env.messages import ObsMessage, action_key, obs_key
+from rlinf.workers.env.messages import ENV_POLICY_PIPE, ObsMessage, action_key, obs_key
 
 
 def policy_inputs(obs: EnvObs) -> dict:
@@ -76,18 +79,29 @@ class PolicyRolloutWorker(Worker):
         self.stages = stages
         self.policy_version = 0
 
-    @torch.no_grad()
-    def run(self, channel: Channel, tag: str, num_steps: int, seed: int, deterministic: bool = False,
+    def run(self, tag: str, num_steps: int, seed: int, deterministic: bool = False,
             record: bool = True) -> Trajectory | None:
         """Serve ``num_steps`` policy steps to this worker's env slots; returns the trajectory of
         all its environments (slots joined along the env axis) when ``record``."""
+        pipes = self.pipes(ENV_POLICY_PIPE)
+        try:
+            return self._serve(pipes, tag, num_steps, seed, deterministic, record)
+        except BaseException as exc:
+            reason = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            for pipe in pipes.values():
+                pipe.send_error(f"rollout worker {self.rank}: {reason}")
+            raise
+
+    @torch.no_grad()
+    def _serve(self, pipes: dict, tag: str, num_steps: int, seed: int, deterministic: bool,
+               record: bool) -> Trajectory | None:
         gen = torch.Generator(device=self.device).manual_seed(seed * 1000 + self.rank)
         slots = [(e, s) for e in self.env_ranks for s in range(self.stages)]
         records = {slot: _SlotRecord() for slot in slots}
         has_values = None
         for t in range(num_steps + 1):
             for slot in slots:
-                msg: ObsMessage = channel.get(key=obs_key(tag, *slot))
+                msg: ObsMessage = pipes[slot[0]].recv(key=obs_key(tag, *slot))
                 rec = records[slot]
                 inputs = {k: (v.to(self.device) if isinstance(v, torch.Tensor) else v)
                           for k, v in policy_inputs(msg.obs).items()}
@@ -102,7 +116,7 @@ class PolicyRolloutWorker(Worker):
                     rec.observe(msg.obs)
                 if t < num_steps:
                     out = self.policy.act(**inputs, deterministic=deterministic, generator=gen)
-                    channel.put(out.actions.cpu(), key=action_key(tag, *slot))
+                    pipes[slot[0]].send(out.actions.cpu(), key=action_key(tag, *slot))
                     has_values = out.values is not None
                     if record:
                         rec.raw.append(out.raw_actions.cpu())
