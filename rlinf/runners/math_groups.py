@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from rlinf.config.math import MathConfig
 from rlinf.scheduler import Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
 from rlinf.utils.typed_config import ConfigError
+from rlinf.engines.training.megatron.runtime import megatron_import_error
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
+from rlinf.workers.actor.megatron_actor import MegatronActorWorker
 from rlinf.workers.inference.reference_worker import ReferenceWorker
 from rlinf.workers.reward.math_reward_worker import MathRewardWorker
 from rlinf.workers.rollout.generation_worker import GenerationWorker
@@ -39,13 +41,11 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
     rollout. Reference log-probs (``kl_beta > 0``) come from a separate inference group when
     ``inference`` is placed apart from the actor, else from a frozen copy inside the actor (as for
     the reference's ``actor,inference,rollout: all``)."""
-    if cfg.actor.training_backend != "fsdp":
-        raise ConfigError("actor.training_backend", f"{cfg.actor.training_backend!r} cannot train the "
-                          "math actor in this version; use fsdp (the Megatron actor is not built yet)")
+    actor_worker = actor_worker_class(cfg, plan)
     max_tokens = cfg.runner.max_tokens_per_mbs if cfg.runner.enable_dynamic_batch_size else None
     use_inference = (cfg.algorithm.kl_beta > 0 and "inference" in plan.components
                      and plan.mode("actor", "inference") == Mode.DISAGGREGATED)
-    actor = WorkerGroup.launch(cluster, FSDPActorWorker, plan.component("actor"), name="actor",
+    actor = WorkerGroup.launch(cluster, actor_worker, plan.component("actor"), name="actor",
                                args=(cfg.model_path, cfg.actor, cfg.algorithm, total_steps, max_tokens,
                                      not use_inference))
     inference = None
@@ -64,3 +64,22 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
         reward = MathRewardWorker(cfg.reward, *overlong)
     TensorLink.connect(WEIGHT_LINK, actor, 0, rollout)
     return MathGroups(actor, rollout, reward, plan.mode("actor", "rollout"), inference)
+
+
+def actor_worker_class(cfg: MathConfig, plan: PlacementPlan) -> type:
+    """The actor worker of ``actor.training_backend``; Megatron's needs megatron-core and a
+    tensor x pipeline size that divides the actor's ranks (checked here, before any worker
+    starts; a worker without GPUs fails at start with the reason)."""
+    if cfg.actor.training_backend == "fsdp":
+        return FSDPActorWorker
+    problem = megatron_import_error()
+    if problem:
+        raise ConfigError("actor.training_backend", problem)
+    m = cfg.actor.model
+    ranks = plan.component("actor").world_size
+    tp, pp = m.tensor_model_parallel_size, m.pipeline_model_parallel_size
+    if ranks % (tp * pp):
+        raise ConfigError("actor.model.tensor_model_parallel_size",
+                          f"tensor_model_parallel_size ({tp}) x pipeline_model_parallel_size ({pp}) does not "
+                          f"divide the actor's {ranks} ranks (its placement)")
+    return MegatronActorWorker

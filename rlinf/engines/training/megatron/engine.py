@@ -111,6 +111,16 @@ class MegatronEngine(TrainingEngine):
         self.step = 0  #: optimizer steps taken (the LR schedule position)
         self._offloaded: dict[str, StorageOffloader] = {}
 
+    @property
+    def model_parallel_group(self):
+        """The process group of this rank's data-parallel replica (its tensor x pipeline ranks,
+        which must pass the same batches); None when a replica is one rank."""
+        if self.layout.tp * self.layout.pp == 1:
+            return None
+        from megatron.core import parallel_state as ps
+
+        return ps.get_model_parallel_group()
+
     # ---- forward ----------------------------------------------------------------------------------
     def _inputs(self, mbs: list[RolloutBatch]) -> list[ModelInputs]:
         """Device inputs of ``mbs``; one common shape when the pipeline needs fixed shapes."""
