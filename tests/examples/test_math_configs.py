@@ -25,7 +25,8 @@ def load(name: str, overrides=()) -> MathConfig:
 
 def test_the_expected_configs_exist():
     for name in ("grpo_tiny_cpu", "grpo_tiny_disaggregated", "grpo_tiny_async", "grpo_tiny_vllm",
-                 "grpo_tiny_dapo", "qwen2.5-1.5b-grpo-fsdp", "qwen2.5-1.5b-grpo-disaggregated"):
+                 "grpo_tiny_dapo", "qwen2.5-1.5b-grpo-fsdp", "qwen2.5-1.5b-grpo-disaggregated",
+                 "grpo_tiny_megatron_cpu", "qwen2.5-1.5b-grpo-megatron"):
         assert name in NAMES
 
 
