@@ -198,7 +198,9 @@ class EnvSectionConfig:
         channel: accepted as the reference writes it (``env_buffer_list`` / ``obs_buffer``) but
             unused: env and rollout workers exchange observations and actions over direct
             pipes, one per env worker (``rlinf.scheduler.pipe``), not through a channel.
-        enable_offload: release simulator memory between phases when collocated.
+        enable_offload: when env workers share a device with the actor, release the simulators
+            after every rollout (GPU buffers / CPU simulator processes) and rebuild them for the
+            next one; no state is lost (every rollout resets its environments).
         train: simulators used for training rollouts.
         eval: simulators used for evaluation (the runner decides when, e.g.
             ``runner.val_check_interval``).

@@ -46,14 +46,15 @@ class CriticConfig:
         group_name: worker group name.
         model: value model checkpoint (default: the actor's, with a fresh value head).
         lr: value model learning rate (default: actor.optim.value_lr or actor.optim.lr).
-        value_clip: clip range of the clipped value loss.
+        value_clip: clip range of the clipped value loss; null = plain squared error (no
+            clipping, as ManiSkill's PPO baseline).
     """
 
     use_critic_model: bool = False
     group_name: str = "CriticGroup"
     model: ModelRef = field(default_factory=ModelRef)
     lr: float | None = None
-    value_clip: float = 0.2
+    value_clip: float | None = 0.2
 
 
 @dataclass(frozen=True)

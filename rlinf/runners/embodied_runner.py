@@ -48,6 +48,7 @@ class EmbodiedGroups:
     actor: WorkerGroup
     obs_spec: ObsSpec
     actor_rollout_mode: Mode = Mode.DISAGGREGATED
+    env_actor_mode: Mode = Mode.DISAGGREGATED
 
     def shutdown(self) -> None:
         try:
@@ -83,7 +84,8 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
         for group in launched:
             group.shutdown()
         raise
-    return EmbodiedGroups(env, rollout, actor, obs_spec, plan.mode("actor", "rollout"))
+    return EmbodiedGroups(env, rollout, actor, obs_spec, plan.mode("actor", "rollout"),
+                          plan.mode("env", "actor"))
 
 
 def compute_advantages(traj: Trajectory, cfg: EmbodiedConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,6 +142,8 @@ class EmbodiedRunner(ScheduledRunner):
         shared = groups.actor_rollout_mode != Mode.DISAGGREGATED
         self.offload_actor = shared and cfg.actor.enable_offload
         self.offload_rollout = shared and cfg.rollout.enable_offload
+        # env workers sharing a device with the actor release their simulators after each rollout
+        self.offload_env = groups.env_actor_mode != Mode.DISAGGREGATED and cfg.env.enable_offload
         self._rollouts = 0
         self.sync_weights()  # the rollout group starts from the actor's initial weights
 
@@ -184,6 +188,8 @@ class EmbodiedRunner(ScheduledRunner):
         trajs = roll_call.wait()
         if self.offload_rollout:
             self.groups.rollout.offload().wait()
+        if self.offload_env:
+            self.groups.env.offload().wait()
         if self.offload_actor:
             self.groups.actor.onload().wait()
         stats = EpisodeStats()

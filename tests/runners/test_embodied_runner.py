@@ -119,3 +119,28 @@ def test_env_worker_dying_mid_rollout_fails_the_rollout_worker_at_once(ray_clust
         assert time.monotonic() - start < 10
     finally:
         groups.shutdown()
+
+
+@pytest.mark.parametrize("offload", [True, False])
+def test_env_offload_releases_simulators_between_rollouts_when_sharing_the_actor_device(
+        ray_cluster, tmp_path, offload):
+    from rlinf.config.embodied import EmbodiedConfig
+    from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+
+    raw = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2)  # env shares slot 0
+    raw["env"]["enable_offload"] = offload
+    cfg = EmbodiedConfig.from_dict(raw)
+    groups = launch_embodied_groups(cfg, ray_cluster, cfg.cluster.plan(ray_cluster.shape))
+    try:
+        runner = EmbodiedRunner(cfg, groups)
+        assert runner.offload_env is offload
+        built_at_launch = groups.env.simulators_built().wait()[0]  # the obs-spec probe
+        for _ in range(2):
+            assert runner.train_step()["env/episodes"] == 8
+        assert runner.validate()["eval/episodes"] == 8
+        built = groups.env.simulators_built().wait()[0] - built_at_launch
+        # the first train rollout uses the probe's simulators; with offload they are released after
+        # it, so the second train rollout and the eval rebuild; without, only eval builds (once)
+        assert built == (2 if offload else 1)
+    finally:
+        groups.shutdown()

@@ -37,6 +37,7 @@ class EnvWorker(Worker):
     def __init__(self, cfg: EnvSectionConfig, stages: int, num_action_chunks: int):
         self.cfg, self.stages, self.K = cfg, stages, num_action_chunks
         self._envs: dict[str, list[VectorEnv]] = {}
+        self._built = 0
 
     def _split_cfg(self, split: str) -> EnvConfig:
         return self.cfg.train if split == "train" else self.cfg.eval
@@ -48,7 +49,12 @@ class EnvWorker(Worker):
             per_stage = cfg.total_num_envs // (self.world_size * self.stages)
             self._envs[split] = [make_vector_env(cfg, per_stage, rank=self.rank * self.stages + s)
                                  for s in range(self.stages)]
+            self._built += 1
         return self._envs[split]
+
+    def simulators_built(self) -> int:
+        """How many times a split's simulators were built (once per split, unless offloaded)."""
+        return self._built
 
     def obs_spec(self) -> ObsSpec:
         """What the train simulators give the policy (sizes the model)."""
@@ -93,28 +99,34 @@ class EnvWorker(Worker):
                 recorder.add(env.render())
             pipe.send(ObsMessage(obs=obs, reset_state_ids=torch.as_tensor(env.reset_state_ids)),
                       key=obs_key(tag, self.rank, s))
+        # Without auto_reset an environment plays one episode per rollout: once it ends, later
+        # steps of the rollout earn nothing and do not count as further episodes.
+        finished = [None if cfg.auto_reset else torch.zeros(env.num_envs, dtype=torch.bool) for env in envs]
         for _ in range(num_steps):
             for s, env in enumerate(envs):
                 actions = pipe.recv(key=action_key(tag, self.rank, s))
-                message = self._execute_chunk(env, actions, stats, recorder if s == 0 else None)
+                message = self._execute_chunk(env, actions, stats, recorder if s == 0 else None, finished[s])
                 pipe.send(message, key=obs_key(tag, self.rank, s))
         if recorder is not None and len(recorder):
             recorder.save(f"{video_name}_rank{self.rank}")
         return stats
 
     def _execute_chunk(self, env: VectorEnv, actions: torch.Tensor, stats: EpisodeStats,
-                       recorder: VideoRecorder | None) -> ObsMessage:
+                       recorder: VideoRecorder | None, finished: torch.Tensor | None = None) -> ObsMessage:
         """Run the ``K`` actions of a chunk; rewards after an episode's end inside the chunk are
-        dropped (the environment was reset and the rest of the chunk was planned for the old one)."""
+        dropped (the environment was reset and the rest of the chunk was planned for the old one).
+        ``finished`` (no auto-reset): rows whose episode already ended in this rollout; they earn
+        nothing and end no further episode; updated in place."""
         n = env.num_envs
         rewards = torch.zeros(n, self.K)
         done = torch.zeros(n, dtype=torch.bool)
+        over = finished.clone() if finished is not None else torch.zeros(n, dtype=torch.bool)
         terminated = torch.zeros(n, dtype=torch.bool)
         truncated = torch.zeros(n, dtype=torch.bool)
         final: EnvObs | None = None
         for k in range(actions.shape[1]):
             res = env.step(actions[:, k])
-            live = ~done
+            live = ~done & ~over
             rewards[:, k] = res.rewards.cpu() * live
             ended = res.dones.cpu() & live
             if bool(ended.any()):
@@ -129,11 +141,19 @@ class EnvWorker(Worker):
                     truncated |= cut
             terminated |= res.terminations.cpu() & live
             done |= ended
+            if finished is not None:
+                finished |= ended
             if recorder is not None:
                 recorder.add(env.render(), rewards=res.rewards.tolist(), successes=res.successes.tolist())
         return ObsMessage(obs=res.obs, rewards=rewards, dones=done, terminations=terminated,
                           final_obs=final, truncated=truncated,
                           reset_state_ids=torch.as_tensor(env.reset_state_ids))
+
+    def offload(self) -> None:
+        """``env.enable_offload``: release every simulator (GPU simulation buffers and renderers,
+        or the simulator processes on CPU) until the next rollout rebuilds them. Nothing is lost:
+        every rollout starts by resetting its environments from the rollout's seed."""
+        self.close()
 
     def close(self) -> None:
         for envs in self._envs.values():
