@@ -121,7 +121,7 @@ def spawn(target: str, world: int, args: tuple, out: Path) -> list:
 
 
 # ---- scenario 1: one process, against HF and the FSDP engine ------------------------------------
-def single_process(model: str, cache: str, out: str) -> dict:
+def single_process(model: str, cache: str, out_dir: str) -> dict:
     from rlinf.engines.training.fsdp import FSDPEngine
     from rlinf.engines.training.fsdp_utils import response_logprobs
     from rlinf.engines.training.megatron.engine import MegatronEngine
@@ -138,7 +138,7 @@ def single_process(model: str, cache: str, out: str) -> dict:
     logp, ent = meg.compute_logprobs(batch, micro_batch_size=3, with_entropy=True)
     batch = with_advantages(batch, hf_logp)
     mbs, tokens, loss_fn = [batch.select([0, 1, 2]), batch.select([3])], batch.num_response_tokens, make_loss_fn(ALGO)
-    ckpt = str(Path(out) / "ckpt")
+    ckpt = str(Path(out_dir) / "ckpt")
     out = {"logp": logp, "ent": ent, "hf_logp": hf_logp, "hf_ent": hf_ent, "steps": []}
     for step in range(2):
         if step == 1:
@@ -152,6 +152,11 @@ def single_process(model: str, cache: str, out: str) -> dict:
         out["steps"].append((m_meg, m_fsdp, meg.full_state_dict(), fsdp_weights))
     meg.load_checkpoint(ckpt)  # back to after step 0: step 1 again must give the same weights
     out["replayed"] = (meg.train_minibatch(mbs, loss_fn, tokens), meg.full_state_dict())
+    meg.export_hf(str(Path(out_dir) / "export"))
+    exported = AutoModelForCausalLM.from_pretrained(str(Path(out_dir) / "export"), dtype=torch.float32).eval()
+    with torch.no_grad():
+        out["exported_logp"] = response_logprobs(exported, make_batch(), TEMPERATURE, False)[0]
+    out["trained_logp"] = meg.compute_logprobs(make_batch(), micro_batch_size=4)[0]
     frozen = MegatronEngine(model, actor_cfg(cache), temperature=TEMPERATURE, device=cpu, trainable=False)
     out["frozen_logp"] = frozen.compute_logprobs(make_batch(), micro_batch_size=4)[0]
     out["cache_dirs"] = sorted(p.name for p in Path(cache).iterdir() if p.is_dir())
@@ -205,6 +210,11 @@ def test_offload_frees_storage_and_resume_replays_the_step(single):
     m_replayed, w_replayed = single.replayed
     assert m_replayed["grad_norm"] == single.steps[1][0]["grad_norm"]
     assert max_diff(w_replayed, single.steps[1][2]) == 0.0
+
+
+def test_the_hf_export_computes_the_engines_logprobs(single):
+    assert float((single.exported_logp - single.trained_logp).abs().max()) < 1e-5
+    assert float((single.trained_logp - single.logp).abs().max()) > 1e-4  # trained, not initial
 
 
 def test_a_second_engine_reuses_the_cached_conversion(single):
