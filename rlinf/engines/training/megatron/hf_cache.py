@@ -78,7 +78,7 @@ def converted_checkpoint(hf_path: str | os.PathLike, save_path: str | None, *, t
     """The Megatron checkpoint of ``hf_path`` for ``tp`` x ``pp``, converted now unless the cache
     holds it. Run it on one process (the others wait for it)."""
     from rlinf.engines.training.megatron.checkpoint_io import META_FILE
-    from rlinf.engines.training.megatron.convert import hf_to_megatron
+    from rlinf.engines.training.megatron.convert import ConversionError, hf_to_megatron
 
     root = Path(os.path.expanduser(save_path or DEFAULT_CACHE)).absolute()
     key = cache_key(hf_path, root, tp=tp, pp=pp, divisible_by=divisible_by)
@@ -86,6 +86,10 @@ def converted_checkpoint(hf_path: str | os.PathLike, save_path: str | None, *, t
     target = root / f"{label}-tp{tp}-pp{pp}-{key}"
     if not (target / META_FILE).is_file():
         # written to a temporary sibling and renamed when complete: a crash leaves no half folder
-        hf_to_megatron(hf_path, target, tp, pp, make_vocab_size_divisible_by=divisible_by,
-                       overwrite=target.exists())
+        try:
+            hf_to_megatron(hf_path, target, tp, pp, make_vocab_size_divisible_by=divisible_by,
+                           overwrite=target.exists())
+        except ConversionError:
+            if not (target / META_FILE).is_file():  # else another run converted it meanwhile
+                raise
     return target
