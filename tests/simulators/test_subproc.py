@@ -66,3 +66,25 @@ def test_exceptions_in_the_simulator_carry_its_traceback():
         sim.step(np.zeros((2, 3), np.float32))  # wrong action size
     with pytest.raises(SimulatorError, match=r"(?s)env 0 \(toy\): start failed: .*TypeError"):
         SubprocBatchSim([partial(ToyReachEnv, no_such_argument=1)], labels=["toy"])
+
+
+def test_step_async_returns_while_the_processes_step_and_step_wait_gives_the_step_result():
+    a, b = toy_sim(2), toy_sim(2)
+    try:
+        env_a = EpisodeVectorEnv(a, max_episode_steps=5, auto_reset=True)
+        env_b = EpisodeVectorEnv(b, max_episode_steps=5, auto_reset=True)
+        env_a.reset(reset_state_ids=[3, 7])
+        env_b.reset(reset_state_ids=[3, 7])
+        actions = torch.tensor([[0.5, -0.25], [-1.0, 0.75]])
+        os.kill(a.pids[0], signal.SIGSTOP)  # env 0 of batch a cannot answer until resumed
+        start = time.monotonic()
+        env_a.step_async(actions)           # hands out the actions and returns
+        assert time.monotonic() - start < 1.0
+        os.kill(a.pids[0], signal.SIGCONT)
+        got, want = env_a.step_wait(), env_b.step(actions)
+        assert torch.equal(got.obs.states, want.obs.states) and torch.equal(got.rewards, want.rewards)
+        with pytest.raises(ValueError, match="actions must be"):
+            env_a.step_async(torch.zeros(2, 3))
+    finally:
+        a.close()
+        b.close()

@@ -175,6 +175,17 @@ class VectorEnv(ABC):
     def step(self, actions: torch.Tensor | np.ndarray) -> StepResult:
         """Apply ``actions`` ``[N, A]`` (clipped to the action bounds) to every environment."""
 
+    def step_async(self, actions: torch.Tensor | np.ndarray) -> None:
+        """Start :meth:`step` and return early where the simulators run in other processes, so
+        the caller can work meanwhile; :meth:`step_wait` returns the result. Exactly one
+        ``step_wait`` follows each ``step_async``. Default: the step runs in ``step_wait``."""
+        self._async_actions = actions
+
+    def step_wait(self) -> StepResult:
+        """The result of the step :meth:`step_async` started."""
+        actions, self._async_actions = self._async_actions, None
+        return self.step(actions)
+
     @abstractmethod
     def render(self) -> np.ndarray:
         """``[N, H, W, 3]`` uint8 frames of the current state, for videos."""

@@ -100,6 +100,16 @@ class BatchSim(ABC):
     def step(self, actions: torch.Tensor) -> SimStep:
         """Step all environments with ``[N, A]`` float32 actions."""
 
+    def step_send(self, actions: torch.Tensor) -> None:
+        """Start :meth:`step` and return before it finishes, where the simulators run elsewhere
+        (processes); :meth:`step_recv` waits for the result. Default: nothing starts early."""
+        self._pending_actions = actions
+
+    def step_recv(self) -> SimStep:
+        """The result of the step :meth:`step_send` started."""
+        actions, self._pending_actions = self._pending_actions, None
+        return self.step(actions)
+
     @abstractmethod
     def render(self) -> np.ndarray:
         """``[N, H, W, 3]`` uint8."""
@@ -210,12 +220,19 @@ class EpisodeVectorEnv(VectorEnv):
         return obs
 
     def step(self, actions: torch.Tensor | np.ndarray) -> StepResult:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: torch.Tensor | np.ndarray) -> None:
         acts = torch.as_tensor(actions, dtype=torch.float32, device=self._sim.device)
         if acts.shape != (self.num_envs, self.action_dim):
             raise ValueError(f"actions must be [num_envs={self.num_envs}, action_dim={self.action_dim}], "
                              f"got {list(acts.shape)}")
         acts = torch.clamp(acts, self._bounds[0], self._bounds[1])
-        raw = self._sim.step(acts)
+        self._sim.step_send(acts)
+
+    def step_wait(self) -> StepResult:
+        raw = self._sim.step_recv()
         self._elapsed += 1
         scaled = self.reward_coef * raw.rewards.to(torch.float32)
         rewards = scaled - self._prev_reward if self.use_rel_reward else scaled

@@ -140,10 +140,17 @@ class SubprocBatchSim(BatchSim):
         return stack_obs(self._last)  # type: ignore[arg-type]
 
     def step(self, actions: torch.Tensor | np.ndarray) -> SimStep:
+        self.step_send(actions)
+        return self.step_recv()
+
+    def step_send(self, actions: torch.Tensor | np.ndarray) -> None:
+        """Hand every process its action and return at once (the processes step meanwhile)."""
         acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else np.asarray(actions)
         acts = acts.astype(np.float32, copy=False)
         for i in range(self.num_envs):
             self._send(i, "step", acts[i])
+
+    def step_recv(self) -> SimStep:
         steps: list[SingleStep] = self._gather(range(self.num_envs), "step", self.step_timeout_s)
         for i, s in enumerate(steps):
             self._last[i] = s.obs

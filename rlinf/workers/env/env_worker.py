@@ -102,52 +102,31 @@ class EnvWorker(Worker):
         # Without auto_reset an environment plays one episode per rollout: once it ends, later
         # steps of the rollout earn nothing and do not count as further episodes.
         finished = [None if cfg.auto_reset else torch.zeros(env.num_envs, dtype=torch.bool) for env in envs]
+        # With 2+ stages the last step of a stage's chunk is left running in the simulator
+        # processes while this worker finishes the previous stage (waits for its step, sends its
+        # observations) and receives the next stage's actions: the simulators of two stages
+        # overlap with each other and with this worker's messaging. With 1 stage the policy needs
+        # the observations before it can send more actions, so every chunk finishes at once.
+        pending: _ChunkRun | None = None
         for _ in range(num_steps):
             for s, env in enumerate(envs):
                 actions = pipe.recv(key=action_key(tag, self.rank, s))
-                message = self._execute_chunk(env, actions, stats, recorder if s == 0 else None, finished[s])
-                pipe.send(message, key=obs_key(tag, self.rank, s))
+                run = _ChunkRun(env, s, self.K, finished[s], stats, recorder if s == 0 else None)
+                run.start(actions)
+                if pending is not None:
+                    self._finish(pending, pipe, tag)
+                pending = run
+                if self.stages == 1:
+                    self._finish(pending, pipe, tag)
+                    pending = None
+        if pending is not None:
+            self._finish(pending, pipe, tag)
         if recorder is not None and len(recorder):
             recorder.save(f"{video_name}_rank{self.rank}")
         return stats
 
-    def _execute_chunk(self, env: VectorEnv, actions: torch.Tensor, stats: EpisodeStats,
-                       recorder: VideoRecorder | None, finished: torch.Tensor | None = None) -> ObsMessage:
-        """Run the ``K`` actions of a chunk; rewards after an episode's end inside the chunk are
-        dropped (the environment was reset and the rest of the chunk was planned for the old one).
-        ``finished`` (no auto-reset): rows whose episode already ended in this rollout; they earn
-        nothing and end no further episode; updated in place."""
-        n = env.num_envs
-        rewards = torch.zeros(n, self.K)
-        done = torch.zeros(n, dtype=torch.bool)
-        over = finished.clone() if finished is not None else torch.zeros(n, dtype=torch.bool)
-        terminated = torch.zeros(n, dtype=torch.bool)
-        truncated = torch.zeros(n, dtype=torch.bool)
-        final: EnvObs | None = None
-        for k in range(actions.shape[1]):
-            res = env.step(actions[:, k])
-            live = ~done & ~over
-            rewards[:, k] = res.rewards.cpu() * live
-            ended = res.dones.cpu() & live
-            if bool(ended.any()):
-                info = res.infos
-                ids = torch.nonzero(ended).view(-1)
-                stats.add(info["episode_return"].cpu()[ids], info["episode_length"].cpu()[ids],
-                          info["success_once"].cpu()[ids])
-                cut = ended & ~res.terminations.cpu()
-                if bool(cut.any()):
-                    last = res.final_obs if res.final_obs is not None else res.obs
-                    final = last.clone() if final is None else _merge_rows(final, last, cut)
-                    truncated |= cut
-            terminated |= res.terminations.cpu() & live
-            done |= ended
-            if finished is not None:
-                finished |= ended
-            if recorder is not None:
-                recorder.add(env.render(), rewards=res.rewards.tolist(), successes=res.successes.tolist())
-        return ObsMessage(obs=res.obs, rewards=rewards, dones=done, terminations=terminated,
-                          final_obs=final, truncated=truncated,
-                          reset_state_ids=torch.as_tensor(env.reset_state_ids))
+    def _finish(self, run: "_ChunkRun", pipe, tag: str) -> None:
+        pipe.send(run.finish(), key=obs_key(tag, self.rank, run.stage))
 
     def offload(self) -> None:
         """``env.enable_offload``: release every simulator (GPU simulation buffers and renderers,
@@ -160,6 +139,63 @@ class EnvWorker(Worker):
             for env in envs:
                 env.close()
         self._envs = {}
+
+
+class _ChunkRun:
+    """One stage's chunk of ``K`` actions: steps ``0 .. K-2`` run in :meth:`start`, the last is
+    started there and collected in :meth:`finish`, which returns the stage's next message.
+
+    Rewards after an episode's end inside the chunk are dropped (the environment was reset and
+    the rest of the chunk was planned for the old one). ``finished`` (no auto-reset): rows whose
+    episode already ended in this rollout; they earn nothing and end no further episode (updated
+    in place).
+    """
+
+    def __init__(self, env: VectorEnv, stage: int, K: int, finished: torch.Tensor | None,
+                 stats: EpisodeStats, recorder: VideoRecorder | None):
+        n = env.num_envs
+        self.env, self.stage, self.finished, self.stats, self.recorder = env, stage, finished, stats, recorder
+        self.rewards = torch.zeros(n, K)
+        self.done = torch.zeros(n, dtype=torch.bool)
+        self.over = finished.clone() if finished is not None else torch.zeros(n, dtype=torch.bool)
+        self.terminated = torch.zeros(n, dtype=torch.bool)
+        self.truncated = torch.zeros(n, dtype=torch.bool)
+        self.final: EnvObs | None = None
+        self.k = 0
+
+    def start(self, actions: torch.Tensor) -> None:
+        for k in range(actions.shape[1] - 1):
+            self._absorb(self.env.step(actions[:, k]))
+        self.env.step_async(actions[:, -1])
+
+    def finish(self) -> ObsMessage:
+        res = self.env.step_wait()
+        self._absorb(res)
+        return ObsMessage(obs=res.obs, rewards=self.rewards, dones=self.done, terminations=self.terminated,
+                          final_obs=self.final, truncated=self.truncated,
+                          reset_state_ids=torch.as_tensor(self.env.reset_state_ids))
+
+    def _absorb(self, res) -> None:
+        live = ~self.done & ~self.over
+        self.rewards[:, self.k] = res.rewards.cpu() * live
+        ended = res.dones.cpu() & live
+        if bool(ended.any()):
+            info = res.infos
+            ids = torch.nonzero(ended).view(-1)
+            self.stats.add(info["episode_return"].cpu()[ids], info["episode_length"].cpu()[ids],
+                           info["success_once"].cpu()[ids])
+            cut = ended & ~res.terminations.cpu()
+            if bool(cut.any()):
+                last = res.final_obs if res.final_obs is not None else res.obs
+                self.final = last.clone() if self.final is None else _merge_rows(self.final, last, cut)
+                self.truncated |= cut
+        self.terminated |= res.terminations.cpu() & live
+        self.done |= ended
+        if self.finished is not None:
+            self.finished |= ended
+        if self.recorder is not None:
+            self.recorder.add(self.env.render(), rewards=res.rewards.tolist(), successes=res.successes.tolist())
+        self.k += 1
 
 
 def _merge_rows(base: EnvObs, new: EnvObs, rows: torch.Tensor) -> EnvObs:
