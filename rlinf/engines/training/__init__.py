@@ -1,1 +1,2 @@
-"""Training engines: FSDP2 (``fsdp``); Megatron arrives with its own issue."""
+"""Training engines behind one interface (``base.TrainingEngine``): FSDP2 (``fsdp``) and
+megatron-core (``megatron/engine.py``, with the HF <-> Megatron converter in ``megatron/``)."""
