@@ -139,16 +139,9 @@ class EnvAlone:
         return time.perf_counter() - t0, seen
 
     def obs_spec(self, obs):
-        from rlinf.models.embodied.base import ObsSpec
+        from rlinf.workers.env.env_worker import obs_spec_of
 
-        env0 = self.envs[0]
-        cams = list(obs.images)
-        image = obs.images[cams[0]] if cams else None
-        return ObsSpec(state_dim=0 if obs.states is None else int(obs.states.shape[1]),
-                       image_shape=None if image is None else tuple(int(x) for x in image.shape[1:]),
-                       has_wrist=len(cams) > 1,
-                       action_low=tuple(float(x) for x in env0.action_low),
-                       action_high=tuple(float(x) for x in env0.action_high))
+        return obs_spec_of(self.envs[0], obs)
 
     def close(self) -> None:
         for env in self.envs:

@@ -59,14 +59,7 @@ class EnvWorker(Worker):
     def obs_spec(self) -> ObsSpec:
         """What the train simulators give the policy (sizes the model)."""
         env = self.envs("train")[0]
-        obs = env.reset(seed=0)
-        cams = list(obs.images)
-        image = obs.images[cams[0]] if cams else None
-        return ObsSpec(state_dim=0 if obs.states is None else int(obs.states.shape[1]),
-                       image_shape=None if image is None else tuple(int(x) for x in image.shape[1:]),
-                       has_wrist=len(cams) > 1,
-                       action_low=tuple(float(x) for x in env.action_low),
-                       action_high=tuple(float(x) for x in env.action_high))
+        return obs_spec_of(env, env.reset(seed=0))
 
     def run(self, split: str, tag: str, num_steps: int, seed: int,
             video_name: str | None = None) -> EpisodeStats:
@@ -139,6 +132,18 @@ class EnvWorker(Worker):
             for env in envs:
                 env.close()
         self._envs = {}
+
+
+def obs_spec_of(env: VectorEnv, obs: EnvObs) -> ObsSpec:
+    """The :class:`ObsSpec` of ``env`` from one of its observation batches: state size, the
+    first camera's image shape, whether a second (wrist) camera exists, action bounds."""
+    cams = list(obs.images)
+    image = obs.images[cams[0]] if cams else None
+    return ObsSpec(state_dim=0 if obs.states is None else int(obs.states.shape[1]),
+                   image_shape=None if image is None else tuple(int(x) for x in image.shape[1:]),
+                   has_wrist=len(cams) > 1,
+                   action_low=tuple(float(x) for x in env.action_low),
+                   action_high=tuple(float(x) for x in env.action_high))
 
 
 class _ChunkRun:
