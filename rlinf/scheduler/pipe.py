@@ -229,6 +229,19 @@ class Pipe:
             pass
 
 
+def _recv_exactly(sock: socket.socket, n: int, what: str) -> bytes:
+    data = b""
+    while len(data) < n:
+        try:
+            chunk = sock.recv(n - len(data))
+        except socket.timeout as exc:
+            raise PipeTimeout(f"{what} did not arrive") from exc
+        if not chunk:
+            raise PipeClosedError(f"{what}: the peer closed the connection")
+        data += chunk
+    return data
+
+
 # ---- worker side (called through the Worker base class) -------------------------------------
 class PipeEnds:
     """A worker's pipes: ``name -> peer rank -> Pipe``, plus listeners being accepted."""
@@ -270,11 +283,9 @@ class PipeEnds:
                 except socket.timeout as exc:
                     raise PipeTimeout(f"pipe {name!r}: {len(ranks)} of {expected} peers connected "
                                       f"within {timeout:g} s") from exc
-                sock.settimeout(timeout)
-                pipe = Pipe(sock, name, f"{peer_group}[?]")
-                rank = _LENGTH.unpack(pipe._read(_LENGTH.size))[0]
-                pipe.peer = f"{peer_group}[{rank}]"
-                self.pipes.setdefault(name, {})[rank] = pipe
+                sock.settimeout(timeout)  # the peer's hello (its rank) comes right after connecting
+                rank = _LENGTH.unpack(_recv_exactly(sock, _LENGTH.size, f"pipe {name!r}: a peer's hello"))[0]
+                self.pipes.setdefault(name, {})[rank] = Pipe(sock, name, f"{peer_group}[{rank}]")
                 ranks.append(rank)
         finally:
             server.close()

@@ -9,7 +9,6 @@ deadline; the tests compare what they saved.
 from __future__ import annotations
 
 import os
-import socket
 import time
 import traceback
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.utils.spawn import free_local_port, spawn_ranks
 from rlinf.utils.typed_config import parse_section
 
 pytest.importorskip("megatron.core")
@@ -70,12 +70,6 @@ def with_advantages(batch: RolloutBatch, old_logprobs: torch.Tensor) -> RolloutB
     return batch
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _entry(rank: int, world: int, port: int, target: str, args: tuple, out: str) -> None:
     try:
         from megatron_cpu_shim import install  # tests/ is on sys.path (conftest.py)
@@ -97,22 +91,8 @@ def _entry(rank: int, world: int, port: int, target: str, args: tuple, out: str)
 
 def spawn(target: str, world: int, args: tuple, out: Path) -> list:
     """Run ``target(*args)`` on ``world`` gloo processes; returns each rank's result."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=_entry, args=(r, world, port, target, args, str(out)), daemon=True)
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + TIMEOUT_S
-    for p in procs:
-        p.join(max(deadline - time.monotonic(), 0.1))
-    hung = [r for r, p in enumerate(procs) if p.is_alive()]
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
+    port = free_local_port()
+    _, hung = spawn_ranks(_entry, [(r, world, port, target, args, str(out)) for r in range(world)], TIMEOUT_S)
     errors = sorted(out.glob("error_rank*.txt"))
     if errors:
         pytest.fail(f"{errors[0].name}:\n{errors[0].read_text()}")

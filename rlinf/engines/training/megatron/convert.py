@@ -26,9 +26,7 @@ import json
 import multiprocessing
 import os
 import shutil
-import socket
 import tempfile
-import time
 import traceback
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -38,6 +36,7 @@ import torch
 from rlinf.engines.training.megatron import checkpoint_io, layout
 from rlinf.engines.training.megatron.layout import ConversionError
 from rlinf.engines.training.megatron.model import rope_theta
+from rlinf.utils.spawn import free_local_port, spawn_ranks
 
 __all__ = [
     "ConversionError",
@@ -455,31 +454,12 @@ def logit_check(
     return diffs
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _run_workers(world: int, jobs: list[_ForwardJob], device: str, worker_setup: str | None,
                  out_dir: str, timeout_s: float) -> None:
     """Spawn ``world`` ranks of :func:`_logit_worker`; kill them all at the deadline."""
-    context, port = multiprocessing.get_context("spawn"), _free_port()
-    procs = [
-        context.Process(target=_logit_worker, daemon=True,
-                        args=(rank, world, port, jobs, device, worker_setup, out_dir, timeout_s))
-        for rank in range(world)
-    ]
-    for proc in procs:
-        proc.start()
-    deadline = time.monotonic() + timeout_s
-    for proc in procs:
-        proc.join(max(deadline - time.monotonic(), 0.1))
-    hung = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+    port = free_local_port()
+    procs, hung = spawn_ranks(_logit_worker, [(rank, world, port, jobs, device, worker_setup, out_dir,
+                                               timeout_s) for rank in range(world)], timeout_s)
     errors = sorted(Path(out_dir).glob("error_*.txt"))
     if errors:
         last_line = errors[0].read_text().strip().splitlines()[-1]
