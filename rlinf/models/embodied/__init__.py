@@ -3,9 +3,9 @@
 * :class:`MLPPolicy` — Gaussian MLP actor + MLP critic on state vectors (``model_type: mlp``).
 * :class:`CNNPolicy` — NatureCNN encoder on camera images (+ state), Gaussian actions
   (``model_type: cnn``).
-* :class:`OpenVLAOFTPolicy` — an OpenVLA-OFT-style VLA (SigLIP [+ DINOv2] -> projector -> causal
-  LM, action tokens decoded in parallel, value head, LoRA), a local HF model folder
-  (``model_type: openvla_oft``); imported lazily, since it pulls in transformers.
+* :class:`OpenVLAPolicy` — a real OpenVLA (``model_type: openvla``, autoregressive action tokens)
+  or OpenVLA-OFT (``openvla_oft``, parallel decoding) checkpoint folder, with RLinf's value head
+  and LoRA adapters; imported lazily, since it pulls in transformers.
 
 :func:`build_policy` builds one from ``actor.model`` and an :class:`ObsSpec`. Conventions (shapes,
 raw actions, value levels) are in :mod:`rlinf.models.embodied.base`.
@@ -23,15 +23,13 @@ __all__ = [
     "MLPPolicy",
     "MLPPolicyConfig",
     "ObsSpec",
-    "OpenVLAOFTConfig",
-    "OpenVLAOFTPolicy",
+    "OpenVLAPolicy",
     "PolicyOutput",
     "build_policy",
 ]
 
 _LAZY = {
-    "OpenVLAOFTPolicy": "rlinf.models.embodied.openvla_oft.modeling",
-    "OpenVLAOFTConfig": "rlinf.models.embodied.openvla_oft.configuration",
+    "OpenVLAPolicy": "rlinf.models.embodied.openvla.modeling",
 }
 
 

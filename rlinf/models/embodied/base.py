@@ -247,12 +247,13 @@ def to_tensor(x: Any, device: torch.device | None = None) -> torch.Tensor:
 
 def preprocess_images(images: Any, size: Sequence[int], center_crop: bool = False,
                       mean: Sequence[float] = (0.5, 0.5, 0.5), std: Sequence[float] = (0.5, 0.5, 0.5),
-                      device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                      device: torch.device | None = None, dtype: torch.dtype = torch.float32,
+                      mode: str = "bilinear") -> torch.Tensor:
     """Camera images ``[N, H, W, C]`` (uint8, or float on the same 0..255 scale) -> model input.
 
     Steps: scale to [0, 1]; optional centre crop keeping :data:`CENTER_CROP_AREA` of the area (as
-    OpenVLA at evaluation); bilinear resize (antialiased) to ``size``; ``(x - mean) / std`` per
-    channel.
+    OpenVLA at evaluation); antialiased resize (``mode``: bilinear or bicubic, OpenVLA's towers
+    use bicubic) to ``size``; ``(x - mean) / std`` per channel.
 
     Args:
         images: ``[N, H, W, C]``.
@@ -260,6 +261,7 @@ def preprocess_images(images: Any, size: Sequence[int], center_crop: bool = Fals
         center_crop: crop the centre first.
         mean, std: per-channel normalisation.
         device, dtype: of the result.
+        mode: interpolation of the resize.
 
     Returns:
         ``[N, C, h, w]`` tensor.
@@ -279,7 +281,7 @@ def preprocess_images(images: Any, size: Sequence[int], center_crop: bool = Fals
         x = x[..., top:top + ch, left:left + cw]
     size = (int(size), int(size)) if isinstance(size, int) else tuple(int(s) for s in size)
     if tuple(x.shape[-2:]) != size:
-        x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
+        x = F.interpolate(x, size=size, mode=mode, align_corners=False, antialias=True)
     m = torch.tensor(mean, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     return ((x - m) / s).to(dtype)

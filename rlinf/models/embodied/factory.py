@@ -7,14 +7,15 @@ Keys read per ``actor.model.model_type``:
 * ``cnn`` (camera images): the same plus image_size (resize target, default 64 x 64), center_crop,
   hidden_size (feature width, default 256), shared_critic_encoder, use_proprio (also feed the
   state), num_images_in_input (2 = main + wrist camera).
-* ``openvla_oft``: model_path (a folder written by ``toolkits/embodied/make_tiny_vla.py`` or
-  ``OpenVLAOFTPolicy.save_pretrained``; required), precision, attn_implementation, unnorm_key,
-  value_type, center_crop, num_images_in_input, do_sample, gradient_checkpointing, is_lora,
-  lora_rank, lora_path; action_dim, num_action_chunks, use_proprio, image_size, hidden_size and
+* ``openvla`` / ``openvla_oft``: model_path (a real OpenVLA / OpenVLA-OFT folder, see
+  :mod:`rlinf.models.embodied.openvla`; required), action_dim (default 7), num_action_chunks
+  (default 1), precision, attn_implementation, unnorm_key, value_type, add_value_head,
+  center_crop, num_images_in_input, use_proprio (the env's state feeds OFT's proprio token),
+  do_sample, gradient_checkpointing, is_lora, lora_rank, lora_path; image_size, hidden_size and
   vocab_size, when set, must match the folder.
 
 mlp / cnn: with model_path set, the weights come from a folder their ``save_pretrained`` wrote;
-they always run in fp32 (``precision`` applies to openvla_oft). ``do_sample`` is exposed as
+they always run in fp32 (``precision`` applies to the VLAs). ``do_sample`` is exposed as
 ``policy.do_sample``; ``act(deterministic=...)`` alone decides whether a call samples.
 
 Example:
@@ -37,7 +38,7 @@ from rlinf.models.embodied.base import EmbodiedPolicy, ObsSpec, check_value_type
 from rlinf.utils.typed_config import ConfigError, parse_section
 
 PATH = "actor.model"
-MODEL_TYPES = ("mlp", "cnn", "openvla_oft")
+MODEL_TYPES = ("mlp", "cnn", "openvla", "openvla_oft")
 
 _DTYPES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
            "bf16": "bfloat16", "bfloat16": "bfloat16"}
@@ -89,8 +90,8 @@ def build_policy(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsS
         return _build_mlp(cfg, obs_spec)
     if model_type == "cnn":
         return _build_cnn(cfg, obs_spec)
-    if model_type == "openvla_oft":
-        return _build_openvla_oft(cfg, obs_spec, temperature)
+    if model_type in ("openvla", "openvla_oft"):
+        return _build_openvla(cfg, obs_spec, temperature, model_type)
     raise ConfigError(f"{PATH}.model_type", f"embodied policies are {', '.join(MODEL_TYPES)}; got {cfg.model_type!r}")
 
 
@@ -159,64 +160,61 @@ def _build_cnn(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
     return policy
 
 
-def _build_openvla_oft(cfg: ActorModelConfig, obs: ObsSpec, temperature: float) -> EmbodiedPolicy:
+def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, model_type: str) -> EmbodiedPolicy:
     import torch
 
-    from rlinf.models.embodied.openvla_oft.modeling import OpenVLAOFTPolicy
+    from rlinf.models.embodied.openvla import CheckpointError, OpenVLAOptions, enable_lora, load_openvla
 
-    model_path = _require(cfg.model_path, "model_path", "model_type openvla_oft (a saved VLA folder)")
-    if not (Path(model_path) / "config.json").is_file():
-        raise ConfigError(f"{PATH}.model_path", f"{model_path!r} is not a model folder (no config.json); "
-                          "write one with toolkits/embodied/make_tiny_vla.py or save_pretrained")
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, _DTYPES[cfg.precision])}
-    if cfg.attn_implementation:
-        kwargs["attn_implementation"] = cfg.attn_implementation
-    try:
-        policy = OpenVLAOFTPolicy.from_pretrained(model_path, **kwargs)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{PATH}.model_path",
-                          f"cannot load an openvla_oft model from {model_path!r}: {err}") from None
-    mc = policy.config
-    for key, have in (("action_dim", mc.action_dim), ("num_action_chunks", mc.num_action_chunks),
-                      ("hidden_size", mc.text_config.hidden_size), ("vocab_size", mc.text_config.vocab_size)):
-        want = getattr(cfg, key)
-        if want is not None and want != have:
-            raise ConfigError(f"{PATH}.{key}", f"{want} does not match the model folder ({have})")
-    if cfg.use_proprio != mc.use_proprio:
-        raise ConfigError(f"{PATH}.use_proprio",
-                          f"{cfg.use_proprio} does not match the model folder ({mc.use_proprio})")
-    if cfg.use_proprio and obs.state_dim != mc.proprio_dim:
-        raise ConfigError(f"{PATH}.use_proprio",
-                          f"the model reads {mc.proprio_dim} state values, the env gives {obs.state_dim}")
-    size = tuple(mc.vision_config.image_size) if not isinstance(mc.vision_config.image_size, int) else (
-        mc.vision_config.image_size,) * 2
-    if cfg.image_size and _image_size(cfg, size) != size:
-        raise ConfigError(f"{PATH}.image_size",
-                          f"{list(cfg.image_size)} does not match the model's vision tower ({list(size)})")
+    model_path = _require(cfg.model_path, "model_path", f"model_type {model_type} (an OpenVLA checkpoint folder)")
+    action_dim = cfg.action_dim or 7
     if cfg.num_images_in_input not in (1, 2):
         raise ConfigError(f"{PATH}.num_images_in_input", f"must be 1 or 2, got {cfg.num_images_in_input}")
     if cfg.num_images_in_input == 2 and not obs.has_wrist:
         raise ConfigError(f"{PATH}.num_images_in_input", "2 needs a wrist camera (obs_spec.has_wrist)")
-    if cfg.add_value_head and not mc.add_value_head:
-        raise ConfigError(f"{PATH}.add_value_head", "the model folder has no value head")
-    policy.use_value_head = cfg.add_value_head
-    mc.num_images_in_input = cfg.num_images_in_input
-    mc.center_crop = cfg.center_crop
-    mc.value_type = policy.value_type = _value_type(cfg)
-    policy.temperature = float(temperature)
-    policy.do_sample = cfg.do_sample
-    policy.unnorm_key = cfg.unnorm_key
+    if obs.image_shape is None:
+        raise ConfigError(f"{PATH}.model_type", f"{model_type} needs camera images (obs_spec.image_shape)")
+    if cfg.use_proprio and obs.state_dim < 1:
+        raise ConfigError(f"{PATH}.use_proprio", "the env gives no state (obs_spec.state_dim = 0)")
+    if cfg.lora_path is not None and not cfg.is_lora:
+        raise ConfigError(f"{PATH}.lora_path", "set is_lora: true to load a LoRA adapter")
+    options = OpenVLAOptions(
+        model_type=model_type, action_dim=action_dim, num_action_chunks=cfg.num_action_chunks or 1,
+        unnorm_key=cfg.unnorm_key, value_type=_value_type(cfg), add_value_head=cfg.add_value_head,
+        use_proprio=cfg.use_proprio, proprio_dim=obs.state_dim if cfg.use_proprio else None,
+        num_images_in_input=cfg.num_images_in_input, center_crop=cfg.center_crop, temperature=temperature)
     try:
-        policy.action_norm_stats()
+        policy = load_openvla(model_path, options, dtype=getattr(torch, _DTYPES[cfg.precision]),
+                              attn_implementation=cfg.attn_implementation)
+    except CheckpointError as err:
+        raise ConfigError(f"{PATH}.model_path", str(err)) from None
     except KeyError as err:
         raise ConfigError(f"{PATH}.unnorm_key", str(err.args[0])) from None
+    stats = policy.action_stats()
+    if stats is not None and len(stats["q01"]) != action_dim:
+        raise ConfigError(f"{PATH}.action_dim", f"{action_dim} does not match the checkpoint's statistics "
+                          f"({len(stats['q01'])} values for {policy.unnorm_key!r})")
+    text = policy.language_model.config
+    for key, have in (("hidden_size", text.hidden_size), ("vocab_size", text.vocab_size)):
+        want = getattr(cfg, key)
+        if want is not None and want != have:
+            raise ConfigError(f"{PATH}.{key}", f"{want} does not match the checkpoint ({have})")
+    size = (policy.vision_backbone.image_size,) * 2
+    if cfg.image_size and _image_size(cfg, size) != size:
+        raise ConfigError(f"{PATH}.image_size", f"{list(cfg.image_size)} does not match the checkpoint's "
+                          f"vision towers ({list(size)})")
+    try:
+        low, high = obs.bounds(action_dim)
+    except ValueError as err:
+        raise ConfigError(f"{PATH}.action_dim", f"{err} (the env's action space)") from None
     if obs.action_low is not None or obs.action_high is not None:
-        policy.set_action_bounds(obs.action_low, obs.action_high)
+        policy.set_action_bounds(low.tolist(), high.tolist())
+    policy.do_sample = cfg.do_sample
     if cfg.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
+        policy.language_model.gradient_checkpointing_enable()
     if cfg.is_lora:
-        policy.enable_lora(rank=cfg.lora_rank, lora_path=cfg.lora_path)
-    elif cfg.lora_path is not None:
-        raise ConfigError(f"{PATH}.lora_path", "set is_lora: true to load a LoRA adapter")
+        try:
+            enable_lora(policy, rank=cfg.lora_rank, lora_path=cfg.lora_path)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{PATH}.lora_path" if cfg.lora_path else f"{PATH}.is_lora", str(err)) from None
     policy.train()
     return policy
