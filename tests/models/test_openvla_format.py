@@ -56,8 +56,16 @@ def test_strict_coverage_every_tensor_used_or_carried(ckpt):
 
 def test_vision_features_match_the_timm_reference(ckpt):
     policy = load_openvla(ckpt, OpenVLAOptions(model_type="openvla"))
-    src = _source(ckpt)
     img = _images()
+    ref = _reference_patches(_source(ckpt), img)
+    with torch.no_grad():
+        ours = policy.patch_embeddings(img)
+    assert ours.shape == ref.shape == (2, 16, 64)
+    assert torch.allclose(ours, ref, atol=2e-5), (ours - ref).abs().max()
+
+
+def _reference_patches(src, img):
+    """Projected patches from the raw timm-named tensors (images already at the tower size)."""
     x = img.permute(0, 3, 1, 2).float() / 255.0
     feats = []
     for name, (mean, std) in (("featurizer", (IMAGENET_MEAN, IMAGENET_STD)),
@@ -66,11 +74,7 @@ def test_vision_features_match_the_timm_reference(ckpt):
         tower = {k.split(f"vision_backbone.{name}.", 1)[1]: v for k, v in src.items()
                  if k.startswith(f"vision_backbone.{name}.")}
         feats.append(vit_penultimate_features(tower, px))
-    ref = fused_projector(src, torch.cat(feats, -1))
-    with torch.no_grad():
-        ours = policy.patch_embeddings(img)
-    assert ours.shape == ref.shape == (2, 16, 64)
-    assert torch.allclose(ours, ref, atol=2e-5), (ours - ref).abs().max()
+    return fused_projector(src, torch.cat(feats, -1))
 
 
 def _reference_predict(ckpt, img, instructions, model_type, k, a):
@@ -88,15 +92,7 @@ def _reference_predict(ckpt, img, instructions, model_type, k, a):
     lm.eval()
     tok = load_tokenizer(ckpt)
     space = tok.convert_tokens_to_ids("\u2581")
-    x = img.permute(0, 3, 1, 2).float() / 255.0
-    feats = []
-    for name, (mean, std) in (("featurizer", (IMAGENET_MEAN, IMAGENET_STD)),
-                              ("fused_featurizer", ((0.5,) * 3, (0.5,) * 3))):
-        px = (x - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
-        tower = {k_.split(f"vision_backbone.{name}.", 1)[1]: v for k_, v in src.items()
-                 if k_.startswith(f"vision_backbone.{name}.")}
-        feats.append(vit_penultimate_features(tower, px))
-    patches = fused_projector(src, torch.cat(feats, -1))
+    patches = _reference_patches(src, img)
     base_vocab = cfg["text_config"]["vocab_size"] - cfg["pad_to_multiple_of"]
     stats = json.loads((ckpt / "dataset_statistics.json").read_text())[TINY_UNNORM_KEY]["action"]
     out = []
