@@ -13,10 +13,11 @@ random first.
 Example (a tiny checkpoint in the real format; see :mod:`.tiny`):
     >>> import tempfile
     >>> from rlinf.models.embodied.openvla.tiny import write_tiny_openvla
-    >>> d = write_tiny_openvla(tempfile.mkdtemp())
-    >>> policy = load_openvla(d, OpenVLAOptions(model_type="openvla"))
-    >>> policy.num_action_tokens, sorted(policy.carried)[:1]
-    (7, ['vision_backbone.featurizer.blocks.1.attn.proj.bias'])
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> policy = load_openvla(write_tiny_openvla(tmp.name), OpenVLAOptions(model_type="openvla"))
+    >>> policy.num_action_tokens, sorted(policy.carried)[:1]  # the last of 3 DINOv2 blocks is unused
+    (7, ['vision_backbone.featurizer.blocks.2.attn.proj.bias'])
+    >>> tmp.cleanup()
 """
 
 from __future__ import annotations

@@ -16,10 +16,12 @@ each (16 heads as the real towers), Llama width 64, 2 layers, base vocabulary 51
 (``text_config.vocab_size`` 576 with ``pad_to_multiple_of`` 64).
 
 Example:
-    >>> import tempfile, json, pathlib
-    >>> d = write_tiny_openvla(tempfile.mkdtemp())
+    >>> import tempfile, json
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> d = write_tiny_openvla(tmp.name)
     >>> json.loads((d / "config.json").read_text())["model_type"]
     'openvla'
+    >>> tmp.cleanup()
 """
 
 from __future__ import annotations
