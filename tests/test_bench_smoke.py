@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -25,3 +26,19 @@ def test_bench_quick_mode_prints_a_table(script):
     assert out.returncode == 0, out.stderr[-3000:]
     table_rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert len(table_rows) >= 3, out.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
+def test_pushcube_side_by_side_quick_prints_both_rows():
+    from rlinf.engines.simulators.maniskill import vulkan_unavailable_reason
+
+    problem = vulkan_unavailable_reason()
+    if problem:
+        pytest.skip(f"ManiSkill cannot render here: {problem}")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_pushcube_vs_single_file.py"), "--quick"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
+    assert any(r.startswith("| single-file PPO |") for r in rows), out.stdout
+    assert any(r.startswith("| ours (rlinf runner) |") for r in rows), out.stdout

@@ -104,6 +104,13 @@ class AlgorithmConfig:
         length_params: see :class:`LengthParams`.
         value_loss_coef: embodied PPO: weight of the value-head loss (our key).
         update_epochs: embodied PPO: passes over each rollout batch (our key).
+        target_kl: embodied PPO: stop the update (this and every later epoch) at the first
+            minibatch whose approximate KL to the rollout policy (k3 estimator, per action: the
+            log-probs summed over action dimensions) exceeds this; that minibatch takes no
+            optimizer step. null = never (our key).
+        normalize_minibatch_advantages: embodied PPO: whiten the advantages again inside every
+            minibatch (mean 0, std 1; over each actor rank's part of it) before the loss, as
+            CleanRL; the batch-level ``normalize_advantages`` happens first either way (our key).
     """
 
     group_size: int = 1
@@ -143,6 +150,8 @@ class AlgorithmConfig:
     length_params: LengthParams = field(default_factory=LengthParams)
     value_loss_coef: float = 0.5
     update_epochs: int = 1
+    target_kl: float | None = None
+    normalize_minibatch_advantages: bool = False
 
     def validate(self, path: str) -> None:
         for key in ("group_size", "n_minibatches", "training_batch_size_per_gpu",
@@ -161,6 +170,8 @@ class AlgorithmConfig:
         check(0 < self.gamma <= 1, f"{path}.gamma", f"must be in (0, 1], got {self.gamma}")
         check(0 <= self.lam <= 1, f"{path}.lam", f"must be in [0, 1], got {self.lam}")
         check(self.value_loss_coef >= 0, f"{path}.value_loss_coef", f"must be >= 0, got {self.value_loss_coef}")
+        check(self.target_kl is None or self.target_kl > 0, f"{path}.target_kl",
+              f"must be > 0 or null, got {self.target_kl}")
         check(self.max_head_offpolicyness >= 0, f"{path}.max_head_offpolicyness",
               f"must be >= 0, got {self.max_head_offpolicyness}")
         check(self.max_head_offpolicyness == 0 or self.loss_type == "decoupled_ppo",

@@ -132,6 +132,10 @@ class EnvConfig:
         init_params: see :class:`EnvInitParams`.
         step_timeout_s: a simulator process that does not answer a step, reset or render within
             this many seconds is reported as hung (our key).
+        envs_per_process: ManiSkill CPU simulation: environments each simulator process holds,
+            stepped one after another (1 = a process per environment; with fewer cores than
+            environments, a few processes of several envs start faster and step with fewer
+            messages) (our key).
         start_timeout_s: limit for starting a simulator process and building its environment
             (our key).
     """
@@ -152,6 +156,7 @@ class EnvConfig:
     init_params: EnvInitParams = field(default_factory=EnvInitParams)
     step_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
+    envs_per_process: int = 1
 
     @property
     def episode_steps(self) -> int | None:
@@ -174,6 +179,10 @@ class EnvConfig:
               f"must be >= 1 or null, got {self.max_episode_steps}")
         for key in ("step_timeout_s", "start_timeout_s"):
             check(getattr(self, key) > 0, f"{path}.{key}", f"must be > 0, got {getattr(self, key)}")
+        check(self.envs_per_process >= 1, f"{path}.envs_per_process",
+              f"must be >= 1, got {self.envs_per_process}")
+        check(self.envs_per_process == 1 or self.env_type == "maniskill", f"{path}.envs_per_process",
+              f"only ManiSkill groups environments in a process; {self.env_type} needs 1")
         if self.env_type == "maniskill":
             check(bool(self.init_params.id), f"{path}.init_params.id",
                   "env_type maniskill needs a task id (e.g. PickCube-v1)")

@@ -66,6 +66,12 @@ class RolloutConfig:
         mode: reference key kept for compatibility (collocate / disaggregate / hybrid); the placement
             decides the real mode.
         pipeline_stage_num: embodied: env/rollout pipeline stages.
+        normalize_states: embodied: the rollout worker normalises state observations with
+            running statistics (mean / variance of every train observation it has served, updated
+            before each policy step; frozen during evaluation) before the policy sees them; the
+            trajectory records the normalised states, so the actor trains on what the policy
+            saw. Each rollout worker keeps its own statistics (our key).
+        state_norm_clip: embodied: normalised states are clipped to [-clip, clip] (our key).
         channel: see :class:`ChannelRef`.
     """
 
@@ -96,6 +102,8 @@ class RolloutConfig:
     enable_offload: bool = False
     mode: Literal["collocate", "disaggregate", "hybrid"] | None = None
     pipeline_stage_num: int = 1
+    normalize_states: bool = False
+    state_norm_clip: float = 10.0
     channel: ChannelRef = field(default_factory=ChannelRef)
 
     @property
@@ -109,6 +117,7 @@ class RolloutConfig:
               f"{path}.backend={self.backend!r}; set one of them")
         check(0 < self.gpu_memory_utilization <= 1, f"{path}.gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
+        check(self.state_norm_clip > 0, f"{path}.state_norm_clip", f"must be > 0, got {self.state_norm_clip}")
         for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_stage_num"):
             value = getattr(self, key)
             check(value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")

@@ -39,6 +39,10 @@ from rlinf.workers.env.messages import ENV_POLICY_PIPE, EpisodeStats
 from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker
 
 
+#: running state statistics (``rollout.normalize_states``) beside a saved policy / checkpoint
+STATE_NORM_FILE = "state_norm.pt"
+
+
 @dataclass
 class EmbodiedGroups:
     """The launched env, rollout and actor groups and the observation spec they agreed on."""
@@ -71,8 +75,9 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
     try:
         obs_spec = env.execute("obs_spec", ranks=[0]).wait()[0]
         temperature = cfg.algorithm.sampling_params.temperature
+        norm_clip = cfg.rollout.state_norm_clip if cfg.rollout.normalize_states else None
         rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"), name="rollout",
-                                     args=(model, obs_spec, env.world_size, stages, temperature))
+                                     args=(model, obs_spec, env.world_size, stages, temperature, norm_clip))
         launched.append(rollout)
         actor = WorkerGroup.launch(cluster, EmbodiedActorWorker, plan.component("actor"), name="actor",
                                    args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip))
@@ -220,6 +225,7 @@ class EmbodiedRunner(ScheduledRunner):
     def save_checkpoint(self) -> str:
         step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)
         self.groups.actor.save_checkpoint(os.path.join(step_dir, "actor")).wait()
+        self._save_state_norm(step_dir)
         ckpt.write_trainer_state(step_dir, {"step": self.step, "rollouts": self._rollouts,
                                             "history": self.history})
         return step_dir
@@ -228,6 +234,9 @@ class EmbodiedRunner(ScheduledRunner):
         step_dir = ckpt.resolve_resume_dir(path)
         state = ckpt.read_trainer_state(step_dir)
         self.groups.actor.load_checkpoint(os.path.join(step_dir, "actor")).wait()
+        norm_file = os.path.join(step_dir, STATE_NORM_FILE)
+        if os.path.isfile(norm_file):
+            self.groups.rollout.load_state_norm(torch.load(norm_file, weights_only=True)).wait()
         self.step, self._rollouts = int(state["step"]), int(state["rollouts"])
         self.history = list(state["history"])
         self.sync_weights()
@@ -239,7 +248,16 @@ class EmbodiedRunner(ScheduledRunner):
         """The trained policy as a model folder (default ``<run>/policy``)."""
         path = path or os.path.join(self.run_dir, "policy")
         self.groups.actor.save_policy(path).wait()
+        self._save_state_norm(path)
         return path
+
+    def _save_state_norm(self, folder: str) -> None:
+        """``rollout.normalize_states``: rollout rank 0's running state statistics to
+        ``<folder>/state_norm.pt`` (the policy expects states normalised with them)."""
+        if self.cfg.rollout.normalize_states:
+            state = self.groups.rollout.execute("state_norm_state", ranks=[0]).wait()[0]
+            if state is not None:
+                torch.save(state, os.path.join(folder, STATE_NORM_FILE))
 
     def close(self) -> None:
         """Nothing to release: the pipes close with the groups (``EmbodiedGroups.shutdown``)."""

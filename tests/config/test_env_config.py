@@ -67,3 +67,34 @@ def test_bad_values_name_the_key(change, message):
 @pytest.mark.parametrize("cls", [EnvSectionConfig, EnvConfig, EnvInitParams, VideoConfig])
 def test_every_field_is_documented(cls):
     assert set(field_docs(cls)) == {f.name for f in dataclasses.fields(cls)}
+
+
+def test_envs_per_process_is_maniskill_only_and_positive():
+    from rlinf.config.env import EnvConfig
+    from rlinf.utils.typed_config import ConfigError, parse_section
+
+    ok = parse_section(EnvConfig, {"env_type": "maniskill", "init_params": {"id": "PushCube-v1"},
+                                   "envs_per_process": 4}, "env.train")
+    assert ok.envs_per_process == 4
+    with pytest.raises(ConfigError, match="env.train.envs_per_process"):
+        parse_section(EnvConfig, {"env_type": "toy", "envs_per_process": 2}, "env.train")
+    with pytest.raises(ConfigError, match="env.train.envs_per_process"):
+        parse_section(EnvConfig, {"env_type": "maniskill", "init_params": {"id": "PushCube-v1"},
+                                  "envs_per_process": 0}, "env.train")
+
+
+def test_new_ppo_and_rollout_keys_are_checked():
+    from rlinf.config.algorithm import AlgorithmConfig
+    from rlinf.config.rollout import RolloutConfig
+    from rlinf.utils.typed_config import ConfigError, parse_section
+
+    algo = parse_section(AlgorithmConfig, {"adv_type": "gae", "target_kl": 0.1,
+                                           "normalize_minibatch_advantages": True}, "algorithm")
+    assert algo.target_kl == 0.1 and algo.normalize_minibatch_advantages
+    assert parse_section(AlgorithmConfig, {"adv_type": "gae"}, "algorithm").target_kl is None
+    with pytest.raises(ConfigError, match="algorithm.target_kl"):
+        parse_section(AlgorithmConfig, {"adv_type": "gae", "target_kl": 0.0}, "algorithm")
+    roll = parse_section(RolloutConfig, {"normalize_states": True}, "rollout")
+    assert roll.normalize_states and roll.state_norm_clip == 10.0
+    with pytest.raises(ConfigError, match="rollout.state_norm_clip"):
+        parse_section(RolloutConfig, {"state_norm_clip": -1}, "rollout")

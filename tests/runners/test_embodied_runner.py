@@ -144,3 +144,25 @@ def test_env_offload_releases_simulators_between_rollouts_when_sharing_the_actor
         assert built == (2 if offload else 1)
     finally:
         groups.shutdown()
+
+
+def test_state_normalisation_target_kl_and_minibatch_advantages_on_one_actor_process(ray_cluster, tmp_path):
+    import torch
+
+    from rlinf.runners.embodied_main import run_embodied
+
+    cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2)
+    cfg["rollout"].update(normalize_states=True, state_norm_clip=5.0)
+    # the first minibatch of an update sees the rollout policy itself (KL ~ 0 < 1e-6); after one
+    # optimizer step the next minibatch's KL exceeds 1e-6, so every update takes exactly 1 step
+    cfg["algorithm"].update(target_kl=1e-6, normalize_minibatch_advantages=True)
+    run_embodied(cfg, print_fn=lambda *_: None)
+    metrics = {int(m["step"]): m for m in read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))}
+    for step in (1, 2):
+        assert metrics[step]["actor/optimizer_steps"] == 1.0
+        assert metrics[step]["actor/early_stop"] == 1.0
+        assert metrics[step]["actor/approx_kl"] > 0
+    stats = torch.load(tmp_path / "out" / "t" / "policy" / "state_norm.pt", weights_only=True)
+    # 2 train rollouts x 8 envs x (8 steps + the first observation); evaluation does not count
+    assert abs(float(stats["count"]) - 2 * 8 * 9) < 1e-3
+    assert stats["mean"].shape == stats["var"].shape and bool((stats["var"] > 0).all())

@@ -88,3 +88,22 @@ def test_step_async_returns_while_the_processes_step_and_step_wait_gives_the_ste
     finally:
         a.close()
         b.close()
+
+
+def test_several_envs_per_process_give_the_same_results_as_one_each():
+    one, grouped = toy_sim(3), toy_sim(3, envs_per_process=2)
+    try:
+        assert grouped.num_processes == 2 and len(set(grouped.pids)) == 2 and grouped.pids[0] == grouped.pids[1]
+        ids, seeds = np.arange(3), np.array([4, 5, 6])
+        a, b = one.reset(ids, seeds), grouped.reset(ids, seeds)
+        assert torch.equal(a.states, b.states)
+        acts = np.full((3, 2), 0.3, dtype=np.float32)
+        sa, sb = one.step(acts), grouped.step(acts)
+        assert torch.equal(sa.obs.states, sb.obs.states) and torch.equal(sa.rewards, sb.rewards)
+        # resetting only env 2 (the second process) keeps envs 0 and 1 where they are
+        again = grouped.reset(np.array([2]), np.array([4, 5, 4]))
+        assert torch.equal(again.states[:2], sb.obs.states[:2]) and torch.equal(again.states[2], a.states[0])
+        assert grouped.render().shape[0] == 3
+    finally:
+        one.close()
+        grouped.close()

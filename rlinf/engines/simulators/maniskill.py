@@ -1,8 +1,9 @@
 """``env_type: maniskill`` — ManiSkill3 tasks (SAPIEN physics, Vulkan rendering).
 
-On CPU, ManiSkill allows one environment per process ("Cannot set the sim backend to 'cpu' and
-have multiple environments"), so ``N`` environments are ``N`` worker processes
-(:class:`ManiSkillSingleEnv` in a :class:`~rlinf.engines.simulators.subproc.SubprocBatchSim`).
+On CPU, a ManiSkill env object holds one environment ("Cannot set the sim backend to 'cpu' and
+have multiple environments"), so ``N`` environments are ``N`` :class:`ManiSkillSingleEnv` in
+worker processes (a :class:`~rlinf.engines.simulators.subproc.SubprocBatchSim`), one per
+process or ``env.<split>.envs_per_process`` per process.
 With CUDA, :class:`ManiSkillGPUSim` runs all ``N`` in one process (``sim_backend="gpu"``); that
 path is not exercised by the CPU test suite.
 
@@ -302,4 +303,5 @@ def build_maniskill_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
         return ManiSkillGPUSim(num_envs, p.id, **kwargs)
     factory = partial(ManiSkillSingleEnv, p.id, **kwargs)
     return SubprocBatchSim([factory] * num_envs, labels=[p.id] * num_envs,
-                           step_timeout_s=cfg.step_timeout_s, start_timeout_s=cfg.start_timeout_s)
+                           step_timeout_s=cfg.step_timeout_s, start_timeout_s=cfg.start_timeout_s,
+                           envs_per_process=cfg.envs_per_process)

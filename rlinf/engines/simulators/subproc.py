@@ -1,7 +1,8 @@
-"""``SubprocBatchSim``: one :class:`SingleEnv` per worker process, a pipe to each.
+"""``SubprocBatchSim``: :class:`SingleEnv` s in worker processes (one per process by default,
+``envs_per_process`` to group them), a pipe to each process.
 
-Needed because ManiSkill's CPU simulation allows one environment per process, and useful for
-LIBERO (MuJoCo rendering holds a GL context per process). Processes start with the ``spawn``
+Needed because a ManiSkill CPU environment object holds one environment (no batch on CPU) and
+stepping many in one process uses one core; useful for LIBERO (MuJoCo rendering holds a GL context per process). Processes start with the ``spawn``
 context (no inherited GL / CUDA / Ray state), so a script that builds one needs an
 ``if __name__ == "__main__":`` guard.
 
@@ -41,16 +42,22 @@ __all__ = ["SubprocBatchSim"]
 EnvFactory = Callable[[], SingleEnv]
 
 
-def _worker(conn: Connection, factory: EnvFactory) -> None:
-    """Process body: build the env, then answer (command, argument) pairs until close or EOF.
+def _worker(conn: Connection, factories: Sequence[EnvFactory]) -> None:
+    """Process body: build the envs (one or more, stepped one after another), then answer
+    (command, argument) pairs until close or EOF.
 
-    Replies are ``(ok, payload, task_name)``; on a Python error ``payload`` is the traceback.
+    Commands and payloads: ``step`` (actions ``[k, A]`` -> one :class:`SingleStep` per env),
+    ``reset`` (``[(local index, state id), ...]`` -> those envs' :class:`SingleObs`), ``render``
+    (-> one frame per env), ``close``. Replies are ``(ok, payload, task_names)``; on a Python
+    error ``payload`` is the traceback.
     """
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)  # one core per simulator; N processes share the machine
+    torch.set_num_threads(1)  # one core per simulator process; N processes share the machine
+    envs: list[SingleEnv] = []
     try:
-        env = factory()
-        conn.send((True, env.spec(), env.task_name))
+        for factory in factories:
+            envs.append(factory())
+        conn.send((True, envs[0].spec(), [e.task_name for e in envs]))
     except BaseException:  # noqa: BLE001 - report anything, including SystemExit from a library
         conn.send((False, traceback.format_exc(), None))
         return
@@ -61,24 +68,26 @@ def _worker(conn: Connection, factory: EnvFactory) -> None:
             break
         try:
             if cmd == "step":
-                out: Any = env.step(arg)
+                out: Any = [env.step(a) for env, a in zip(envs, arg)]
             elif cmd == "reset":
-                out = env.reset(arg)
+                out = [envs[j].reset(state_id) for j, state_id in arg]
             elif cmd == "render":
-                out = env.render()
+                out = [env.render() for env in envs]
             elif cmd == "close":
-                env.close()
-                conn.send((True, None, env.task_name))
+                for env in envs:
+                    env.close()
+                conn.send((True, None, [e.task_name for e in envs]))
                 break
             else:
                 raise ValueError(f"unknown command {cmd!r}")
-            conn.send((True, out, env.task_name))
+            conn.send((True, out, [e.task_name for e in envs]))
         except Exception:  # noqa: BLE001 - the parent raises it with the env index
-            conn.send((False, traceback.format_exc(), env.task_name))
+            conn.send((False, traceback.format_exc(), [e.task_name for e in envs]))
 
 
 class SubprocBatchSim(BatchSim):
-    """``N`` environments, each in its own spawned process.
+    """``N`` environments in spawned processes, ``envs_per_process`` each (stepped one after
+    another inside a process; the processes step in parallel).
 
     Args:
         factories: one picklable zero-argument callable per environment returning a
@@ -86,33 +95,48 @@ class SubprocBatchSim(BatchSim):
         labels: task names for error messages until each env reports its own.
         step_timeout_s: deadline of a step or render, for the whole batch.
         start_timeout_s: deadline of building (all envs in parallel) and of a reset.
+        envs_per_process: environments per process (the last process may hold fewer). 1 = a
+            process per environment; more pays off when environments outnumber cores, since
+            each process costs start-up time, memory and a message round trip per step.
     """
 
     def __init__(self, factories: Sequence[EnvFactory], labels: Sequence[str] | None = None,
-                 step_timeout_s: float = 60.0, start_timeout_s: float = 300.0):
+                 step_timeout_s: float = 60.0, start_timeout_s: float = 300.0,
+                 envs_per_process: int = 1):
         if not factories:
             raise ValueError("SubprocBatchSim needs at least one environment")
+        if envs_per_process < 1:
+            raise ValueError(f"envs_per_process must be >= 1, got {envs_per_process}")
         self.step_timeout_s = step_timeout_s
         self.start_timeout_s = start_timeout_s
         self._tasks = list(labels) if labels is not None else ["?"] * len(factories)
         self._last: list[SingleObs | None] = [None] * len(factories)
         self._closed = False
+        n = len(factories)
+        #: env indices held by each process, contiguous and in order
+        self._members: list[list[int]] = [list(range(i, min(i + envs_per_process, n)))
+                                          for i in range(0, n, envs_per_process)]
         ctx = mp.get_context("spawn")
         self._conns: list[Connection] = []
         self._procs: list[mp.process.BaseProcess] = []
-        for factory in factories:
+        for members in self._members:
             parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=_worker, args=(child, factory), daemon=True)
+            proc = ctx.Process(target=_worker, args=(child, [factories[i] for i in members]), daemon=True)
             proc.start()
             child.close()
             self._conns.append(parent)
             self._procs.append(proc)
-        specs = self._gather(range(len(factories)), "start", start_timeout_s)
+        specs = self._gather(range(len(self._procs)), "start", start_timeout_s)
         self._spec: SimSpec = specs[0]
 
     @property
     def num_envs(self) -> int:
-        return len(self._conns)
+        return len(self._last)
+
+    @property
+    def num_processes(self) -> int:
+        """Simulator processes (``ceil(num_envs / envs_per_process)``)."""
+        return len(self._procs)
 
     @property
     def spec(self) -> SimSpec:
@@ -120,8 +144,8 @@ class SubprocBatchSim(BatchSim):
 
     @property
     def pids(self) -> list[int | None]:
-        """Process id of each environment's worker."""
-        return [p.pid for p in self._procs]
+        """Process id of each environment's worker (shared by the envs of one process)."""
+        return [self._procs[p].pid for p, members in enumerate(self._members) for _ in members]
 
     @property
     def task_names(self) -> list[str]:
@@ -129,11 +153,17 @@ class SubprocBatchSim(BatchSim):
         return list(self._tasks)
 
     def reset(self, env_ids: np.ndarray, state_ids: np.ndarray) -> EnvObs:
-        ids = [int(i) for i in env_ids]
-        for i in ids:
-            self._send(i, "reset", int(state_ids[i]))
-        for i, obs in zip(ids, self._gather(ids, "reset", self.start_timeout_s)):
-            self._last[i] = obs
+        wanted = {int(i) for i in env_ids}
+        asked = []
+        for p, members in enumerate(self._members):
+            pairs = [(j, int(state_ids[i])) for j, i in enumerate(members) if i in wanted]
+            if pairs:
+                self._send(p, "reset", pairs)
+                asked.append((p, [members[j] for j, _ in pairs]))
+        answers = self._gather([p for p, _ in asked], "reset", self.start_timeout_s)
+        for (_, ids), obs_list in zip(asked, answers):
+            for i, obs in zip(ids, obs_list):
+                self._last[i] = obs
         missing = [i for i, o in enumerate(self._last) if o is None]
         if missing:
             raise RuntimeError(f"envs {missing} were never reset")
@@ -144,22 +174,24 @@ class SubprocBatchSim(BatchSim):
         return self.step_recv()
 
     def step_send(self, actions: torch.Tensor | np.ndarray) -> None:
-        """Hand every process its action and return at once (the processes step meanwhile)."""
+        """Hand every process its actions and return at once (the processes step meanwhile)."""
         acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else np.asarray(actions)
         acts = acts.astype(np.float32, copy=False)
-        for i in range(self.num_envs):
-            self._send(i, "step", acts[i])
+        for p, members in enumerate(self._members):
+            self._send(p, "step", acts[members[0]:members[-1] + 1])
 
     def step_recv(self) -> SimStep:
-        steps: list[SingleStep] = self._gather(range(self.num_envs), "step", self.step_timeout_s)
+        per_proc: list[list[SingleStep]] = self._gather(range(len(self._procs)), "step", self.step_timeout_s)
+        steps = [s for group in per_proc for s in group]
         for i, s in enumerate(steps):
             self._last[i] = s.obs
         return stack_steps(steps)
 
     def render(self) -> np.ndarray:
-        for i in range(self.num_envs):
-            self._send(i, "render", None)
-        return np.stack(self._gather(range(self.num_envs), "render", self.step_timeout_s))
+        for p in range(len(self._procs)):
+            self._send(p, "render", None)
+        frames = self._gather(range(len(self._procs)), "render", self.step_timeout_s)
+        return np.stack([f for group in frames for f in group])
 
     def close(self, grace_s: float = 5.0) -> None:
         """Ask every process to close its env, then kill those still running after ``grace_s``."""
@@ -188,37 +220,39 @@ class SubprocBatchSim(BatchSim):
             pass
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _send(self, i: int, cmd: str, arg: Any) -> None:
+    def _send(self, p: int, cmd: str, arg: Any) -> None:
         if self._closed:
             raise SimulatorError("the simulator batch is closed")
         try:
-            self._conns[i].send((cmd, arg))
+            self._conns[p].send((cmd, arg))
         except (BrokenPipeError, ConnectionResetError, OSError):
-            self._fail(i, cmd, self._death(i))
+            self._fail(p, cmd, self._death(p))
 
-    def _gather(self, ids: Sequence[int] | range, op: str, timeout: float) -> list[Any]:
+    def _gather(self, procs: Sequence[int] | range, op: str, timeout: float) -> list[Any]:
+        """One answer per process in ``procs`` (in order)."""
         deadline = time.monotonic() + timeout
         out = []
-        for i in ids:
-            conn = self._conns[i]
+        for p in procs:
+            conn = self._conns[p]
             if not conn.poll(max(0.0, deadline - time.monotonic())):
-                alive = self._procs[i].is_alive()
-                cause = (f"no answer within {timeout:g} s (process {self._procs[i].pid} "
-                         f"{'is alive but unresponsive' if alive else self._death(i)})")
-                self._fail(i, op, cause)
+                alive = self._procs[p].is_alive()
+                cause = (f"no answer within {timeout:g} s (process {self._procs[p].pid} "
+                         f"{'is alive but unresponsive' if alive else self._death(p)})")
+                self._fail(p, op, cause)
             try:
-                ok, payload, task = conn.recv()
+                ok, payload, tasks = conn.recv()
             except (EOFError, ConnectionResetError, OSError):
-                self._fail(i, op, self._death(i))
-            if task is not None and task != "?":
-                self._tasks[i] = task
+                self._fail(p, op, self._death(p))
+            for i, task in zip(self._members[p], tasks or ()):
+                if task is not None and task != "?":
+                    self._tasks[i] = task
             if not ok:
-                self._fail(i, op, f"raised in the simulator process:\n{payload}")
+                self._fail(p, op, f"raised in the simulator process:\n{payload}")
             out.append(payload)
         return out
 
-    def _death(self, i: int) -> str:
-        proc = self._procs[i]
+    def _death(self, p: int) -> str:
+        proc = self._procs[p]
         proc.join(2.0)
         code = proc.exitcode
         if code is None:
@@ -231,7 +265,9 @@ class SubprocBatchSim(BatchSim):
             return f"process {proc.pid} was killed by {name}"
         return f"process {proc.pid} exited with code {code}"
 
-    def _fail(self, i: int, op: str, cause: str) -> None:
-        task = self._tasks[i]
+    def _fail(self, p: int, op: str, cause: str) -> None:
+        members = self._members[p]
+        first = members[0]
+        which = f"env {first}" if len(members) == 1 else f"envs {first}-{members[-1]}"
         self.close(grace_s=0.0)  # a batch with a broken member is useless: stop it at once
-        raise SimulatorError(f"env {i} ({task}): {op} failed: {cause}")
+        raise SimulatorError(f"{which} ({self._tasks[first]}): {op} failed: {cause}")

@@ -4,10 +4,17 @@ Each rank gets an equal shard of the step's samples. Per ``algorithm.update_epoc
 shard is shuffled and cut into ``samples / actor.global_batch_size`` minibatches (one optimizer
 step each), every minibatch into micro-batches of ``actor.micro_batch_size`` (gradient
 accumulation). The critic's parameters use ``actor.optim.value_lr`` when set.
+
+``algorithm.normalize_minibatch_advantages`` whitens each minibatch's advantages before it is cut
+into micro-batches. ``algorithm.target_kl``: after a minibatch's backward passes, its approximate
+KL (per action, averaged over the minibatch and, with several ranks, over ranks) is compared with
+the target; above it the gradients are dropped, no step is taken and the update ends
+(``actor/early_stop`` = 1, ``actor/optimizer_steps`` counts the steps taken).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -15,6 +22,8 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 
+from rlinf.algorithms.embodied import aggregate_logprobs
+from rlinf.algorithms.running_norm import approx_kl, whiten
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.embodied_batch import EmbodiedBatch
@@ -52,9 +61,10 @@ class EmbodiedActorWorker(Worker):
         device = self.device
         policy = build_policy(actor.model, obs_spec, temperature=algorithm.sampling_params.temperature)
         policy.to(device)
-        mesh = build_mesh(device.type, self.world_size, actor.fsdp_config.sharding_strategy,
-                          actor.fsdp_config.fsdp_size)
-        fully_shard(policy, mesh=mesh)
+        if self.world_size > 1:  # one rank: the plain module (FSDP2 would only add DTensor overhead)
+            mesh = build_mesh(device.type, self.world_size, actor.fsdp_config.sharding_strategy,
+                              actor.fsdp_config.fsdp_size)
+            fully_shard(policy, mesh=mesh)
         self.policy = policy
         o = actor.optim
         params = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]
@@ -69,19 +79,23 @@ class EmbodiedActorWorker(Worker):
 
     def update(self, shard: EmbodiedBatch, num_minibatches: int) -> dict[str, float]:
         """PPO passes over this rank's shard; returns the mean of every micro-batch's metrics plus
-        ``grad_norm`` (mean over optimizer steps) — the same on every rank's call order."""
+        ``grad_norm`` (mean over optimizer steps), ``approx_kl`` (mean over minibatches),
+        ``optimizer_steps`` and ``early_stop`` — the same on every rank's call order."""
         algo, mbs = self.algorithm, self.actor.micro_batch_size
         per_minibatch = shard.size // num_minibatches
         sums: dict[str, float] = {}
-        count, grad_norms = 0, []
+        count, grad_norms, kls, stopped = 0, [], [], False
         self.policy.train()
         for _ in range(algo.update_epochs):
             order = torch.randperm(shard.size, generator=self.generator)
             for b in range(num_minibatches):
                 minibatch = shard.select(order[b * per_minibatch:(b + 1) * per_minibatch])
+                if algo.normalize_minibatch_advantages:
+                    minibatch = dataclasses.replace(minibatch, advantages=whiten(minibatch.advantages))
                 micro = [minibatch.select(range(i, min(i + mbs, minibatch.size)))
                          for i in range(0, minibatch.size, mbs)]
                 self.optimizer.zero_grad(set_to_none=True)
+                kl_sum = torch.zeros((), dtype=torch.float64)
                 for mb in micro:
                     out = self.policy(mode="evaluate", raw_actions=mb.raw_actions.to(self.device),
                                       **mb.policy_inputs(self.device))
@@ -92,19 +106,44 @@ class EmbodiedActorWorker(Worker):
                         returns=dev(mb.returns) if out.values is not None else None,
                         value_clip=self.value_clip)
                     (loss / len(micro)).backward()
+                    with torch.no_grad():
+                        kl = approx_kl(aggregate_logprobs(out.logprobs, "action_level"),
+                                       aggregate_logprobs(dev(mb.old_logprobs), "action_level"))
+                    kl_sum += float(kl) * mb.size
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + v
                     count += 1
+                kl_mean = self._mean_over_ranks(kl_sum / max(minibatch.size, 1))
+                kls.append(kl_mean)
+                if algo.target_kl is not None and kl_mean > algo.target_kl:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    stopped = True
+                    break
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
                                                            self.actor.optim.clip_grad or float("inf"))
                 grad_norms.append(float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor")
                                         else grad_norm))
                 self.optimizer.step()
                 self.step += 1
+            if stopped:
+                break
         out = {f"actor/{k}": v / max(count, 1) for k, v in sums.items()}
         out["actor/grad_norm"] = sum(grad_norms) / max(len(grad_norms), 1)
+        out["actor/approx_kl"] = sum(kls) / max(len(kls), 1)
+        out["actor/optimizer_steps"] = float(len(grad_norms))
+        out["actor/early_stop"] = float(stopped)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
+
+    def _mean_over_ranks(self, value: torch.Tensor) -> float:
+        """``value`` averaged over the actor ranks (every rank gets the same number)."""
+        if self.world_size == 1:
+            return float(value)
+        t = value.detach().to(torch.float64).reshape(1)
+        if dist.get_backend() == "nccl":
+            t = t.to(self.device)
+        dist.all_reduce(t)
+        return float(t) / self.world_size
 
     def offload(self) -> None:
         """Move weights, gradients and optimizer state to the CPU (``actor.enable_offload``, when

@@ -5,14 +5,22 @@ Rollout rank ``r`` of ``R`` serves env ranks ``r, r + R, r + 2R, ...``, one pipe
 (:data:`~rlinf.workers.env.messages.ENV_POLICY_PIPE`). In each policy step it visits every
 (env rank, stage) slot in order: receive the slot's observations, compute the action chunk, send
 it back. While it computes one stage, the env worker steps the other.
+
+With ``rollout.normalize_states`` the worker keeps running statistics of the state observations
+(:class:`~rlinf.algorithms.running_norm.RunningMoments`): in a recorded (train) rollout every
+received observation batch first updates them, then every state the policy sees (and the
+trajectory records) is ``clamp((s - mean) / std, +-state_norm_clip)``; evaluation uses them
+frozen. ``state_norm_state`` / ``load_state_norm`` move them to and from checkpoints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 
 import torch
 
+from rlinf.algorithms.running_norm import RunningMoments
 from rlinf.config.actor import ActorModelConfig
 from rlinf.data.embodied_batch import Trajectory
 from rlinf.engines.simulators.base import EnvObs
@@ -69,10 +77,15 @@ class PolicyRolloutWorker(Worker):
         env_world_size: number of env processes.
         stages: ``rollout.pipeline_stage_num``.
         temperature: sampling temperature (VLA bins).
+        state_norm_clip: normalise state observations with running statistics, clipped to
+            +-this (``rollout.state_norm_clip`` when ``rollout.normalize_states``); None = off.
     """
 
     def __init__(self, model: ActorModelConfig, obs_spec: ObsSpec, env_world_size: int, stages: int,
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, state_norm_clip: float | None = None):
+        self.state_norm_clip = state_norm_clip
+        self.state_norm = (RunningMoments.create(obs_spec.state_dim)
+                           if state_norm_clip is not None and obs_spec.state_dim > 0 else None)
         self.policy = build_policy(model, obs_spec, temperature=temperature)
         self.policy.to(self.device).eval()
         self.env_ranks = list(range(self.rank, env_world_size, self.world_size))
@@ -101,7 +114,8 @@ class PolicyRolloutWorker(Worker):
         has_values = None
         for t in range(num_steps + 1):
             for slot in slots:
-                msg: ObsMessage = pipes[slot[0]].recv(key=obs_key(tag, *slot))
+                msg: ObsMessage = self._normalized(pipes[slot[0]].recv(key=obs_key(tag, *slot)),
+                                                   update=record)
                 rec = records[slot]
                 inputs = {k: (v.to(self.device) if isinstance(v, torch.Tensor) else v)
                           for k, v in policy_inputs(msg.obs).items()}
@@ -128,6 +142,26 @@ class PolicyRolloutWorker(Worker):
         if not record:
             return None
         return Trajectory.concat_envs([records[slot].trajectory() for slot in slots])
+
+    def _normalized(self, msg: ObsMessage, update: bool) -> ObsMessage:
+        """``msg`` with normalised states (obs and final_obs) when state normalisation is on;
+        ``update``: merge ``msg.obs.states`` into the statistics first."""
+        if self.state_norm is None or msg.obs.states is None:
+            return msg
+        if update:
+            self.state_norm.update(msg.obs.states)
+        norm = lambda o: None if o is None else dataclasses.replace(  # noqa: E731
+            o, states=self.state_norm.normalize(o.states.float(), self.state_norm_clip))
+        return dataclasses.replace(msg, obs=norm(msg.obs), final_obs=norm(msg.final_obs))
+
+    def state_norm_state(self) -> dict[str, torch.Tensor] | None:
+        """The running state statistics (None when normalisation is off)."""
+        return None if self.state_norm is None else self.state_norm.state_dict()
+
+    def load_state_norm(self, state: dict[str, torch.Tensor] | None) -> None:
+        """Restore statistics from :meth:`state_norm_state` (ignored when off or None)."""
+        if self.state_norm is not None and state is not None:
+            self.state_norm = RunningMoments.from_state_dict(state)
 
     def _bootstrap(self, msg: ObsMessage, has_values: bool | None) -> torch.Tensor:
         """``[n]`` value of the last observation of episodes cut by the time limit (0 elsewhere)."""
