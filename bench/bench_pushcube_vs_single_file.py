@@ -3,11 +3,12 @@ maniskill_ppo_mlp_cpu``) against a CleanRL-style single-file PPO (``bench/single
 on the same task, env count and hyper-parameters.
 
 Run: ``python bench/bench_pushcube_vs_single_file.py [--minutes 15] [--target 0.8]
-[--extra-evals 0] [--seed 1] [--order single,ours] [--only ours|single] [--json PATH] [--quick]``.
+[--extra-evals 0] [--keep K] [--seed 1] [--order single,ours] [--only ours|single] [--json PATH] [--quick]``.
 
 The two run back to back in this one invocation (``--order``, default the single file first),
 each as its own process on the otherwise idle machine, each until ``--extra-evals`` evals after its
-first eval at or above ``--target``, or ``--minutes`` of wall time, whichever comes first. Clocks start when the process
+first eval at or above ``--target`` (with ``--keep K``: after the first such eval whose next
+``--extra-evals`` evals are all >= K), or ``--minutes`` of wall time, whichever comes first. Clocks start when the process
 is launched (imports, Ray start-up and simulator start-up count). Both evaluate every 10
 iterations of 400 samples (8 envs x 50 steps) on 32 deterministic episodes with fixed seeds.
 
@@ -51,9 +52,18 @@ def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 
 def should_stop(evals: list[dict], args) -> bool:
-    """Stop at the ``--extra-evals``-th eval after the first one >= ``--target``."""
-    hit = next((i for i, e in enumerate(evals) if e["success"] >= args.target), None)
-    return hit is not None and len(evals) - 1 - hit >= args.extra_evals
+    """Stop at the ``--extra-evals``-th eval after the first one >= ``--target``; with ``--keep``,
+    only once some eval >= ``--target`` is followed by ``--extra-evals`` evals all >= ``--keep``
+    (a run that drops below keeps going, until ``--minutes``)."""
+    n = args.extra_evals
+    for i, e in enumerate(evals):
+        if e["success"] >= args.target and len(evals) - 1 - i >= n:
+            if args.keep is None or all(x["success"] >= args.keep for x in evals[i + 1:i + 1 + n]):
+                return True
+            continue
+        if e["success"] >= args.target and args.keep is None:
+            return False
+    return False
 
 
 def run_single(args, log) -> dict:
@@ -93,8 +103,11 @@ def run_ours(args, log) -> dict:
         cmd += ["runner.max_epochs=1", "env.eval.total_num_envs=8"]
     env = dict(os.environ, RAY_ADDRESS="local", REPO_PATH=ROOT)
     metrics = os.path.join(out_dir, name, "metrics.jsonl")
+    # stderr (progress bar, Ray logs) to a file: an unread pipe fills up and blocks the runner
+    err_path = os.path.join(out_dir, "stderr.log")
+    err = open(err_path, "w")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
                             text=True, start_new_session=True)
     evals, seen, stop_t = [], 0, None
     try:
@@ -118,8 +131,9 @@ def run_ours(args, log) -> dict:
         wall = (stop_t or time.perf_counter()) - t0
     finally:
         _stop(proc)
+        err.close()
     if proc.returncode not in (0, -signal.SIGINT, -signal.SIGKILL, 130, 1) or not evals:
-        raise RuntimeError(f"our runner failed ({proc.returncode}):\n{proc.stderr.read()[-3000:]}")
+        raise RuntimeError(f"our runner failed ({proc.returncode}):\n{open(err_path).read()[-3000:]}")
     return {"name": "ours (rlinf runner)", "evals": evals, "wall_s": wall}
 
 
@@ -137,18 +151,51 @@ def fmt_min(x):
     return "not reached" if x is None else f"{x:.2f}"
 
 
+def plot(json_paths: list[str], out_png: str) -> None:
+    """Eval success vs minutes from launch for every run in the ``--json`` files, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for path in json_paths:
+        data = json.load(open(path))
+        seed = data["args"]["seed"]
+        for side, res in data["results"].items():
+            ev = res["evals"]
+            ax.plot([e["minutes"] for e in ev], [e["success"] for e in ev], marker=".",
+                    linestyle="--" if side == "single" else "-", label=f"{res['name']}, seed {seed}")
+    ax.axhline(0.8, color="grey", linewidth=0.5)
+    ax.axhline(0.9, color="grey", linewidth=0.5)
+    ax.set_xlabel("minutes from launch")
+    ax.set_ylabel("eval success (32 episodes)")
+    ax.set_title("ManiSkill PushCube-v1, 2 CPU cores")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=80)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=15.0, help="wall-time cap per side")
     p.add_argument("--target", type=float, default=0.8, help="stop a side at its first eval >= this ...")
     p.add_argument("--extra-evals", type=int, default=0, help="... plus this many evals after it")
+    p.add_argument("--keep", type=float, default=None, help="... which must all be >= this (else go on)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--order", default="single,ours")
     p.add_argument("--only", choices=["ours", "single"], default=None)
     p.add_argument("--config", default="maniskill_ppo_mlp_cpu")
     p.add_argument("--json", default=None, help="write the eval curves here")
+    p.add_argument("--plot", nargs="+", default=None, metavar="JSON", help="only draw the curves of "
+                   "these --json files to --png and exit")
+    p.add_argument("--png", default=os.path.join(ROOT, "bench", "results", "pushcube_curves.png"))
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
+    if args.plot:
+        plot(args.plot, args.png)
+        print(f"wrote {args.png}")
+        return
     if args.quick:
         args.minutes = min(args.minutes, 2.0)
     order = [args.only] if args.only else args.order.split(",")
@@ -156,8 +203,9 @@ def main() -> None:
     print(f"load before: {os.getloadavg()[0]:.2f} (1-min average)", flush=True)
     results = {}
     for side in order:
+        keep = "" if args.keep is None else f", all >= {args.keep}"
         log(f"{side}: running (cap {args.minutes:g} min, stop {args.extra_evals} evals after the first "
-            f"eval >= {args.target})")
+            f"eval >= {args.target}{keep})")
         results[side] = (run_single if side == "single" else run_ours)(args, log)
     print(f"load after: {os.getloadavg()[0]:.2f} (1-min average)")
     rows = {k: summarize(v) for k, v in results.items()}
@@ -183,3 +231,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

@@ -159,7 +159,7 @@ def evaluate(agent: Agent, norm: RunningNorm, envs: Envs, args: Args) -> float:
     return float(np.mean(wins[:args.eval_episodes]))
 
 
-def train(args: Args, log=print) -> list[dict]:
+def train(args: Args, log=lambda m: print(m, flush=True)) -> list[dict]:
     """Train until ``minutes`` of wall time (from the call) or ``stop_at`` eval success; returns
     the eval records ``{iteration, env_steps, minutes, eval_success}``."""
     t_start = time.perf_counter()

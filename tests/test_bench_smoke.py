@@ -42,3 +42,19 @@ def test_pushcube_side_by_side_quick_prints_both_rows():
     rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert any(r.startswith("| single-file PPO |") for r in rows), out.stdout
     assert any(r.startswith("| ours (rlinf runner) |") for r in rows), out.stdout
+
+
+def test_pushcube_stop_rule():
+    import types
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_pushcube_vs_single_file import should_stop
+    finally:
+        sys.path.pop(0)
+    args = lambda **k: types.SimpleNamespace(**{"target": 0.9, "extra_evals": 2, "keep": None, **k})  # noqa: E731
+    evals = lambda *xs: [{"success": x} for x in xs]  # noqa: E731
+    assert not should_stop(evals(0.5, 0.9, 0.85), args())            # one eval after the hit so far
+    assert should_stop(evals(0.5, 0.9, 0.85, 0.5), args())           # two after the first hit
+    assert not should_stop(evals(0.9, 0.85, 0.5), args(keep=0.8))    # dropped below 0.8: go on
+    assert should_stop(evals(0.9, 0.85, 0.5, 0.95, 0.8, 0.81), args(keep=0.8))
