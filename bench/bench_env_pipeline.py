@@ -309,7 +309,7 @@ def make_tiny_vla(args, action_dim: int) -> str:
     from toolkits.embodied.make_tiny_vla import main as make
 
     out = os.path.join(tempfile.mkdtemp(prefix="bench_vla_"), "tiny_vla")
-    make(["--out", out, "--action-dim", str(action_dim), "--chunks", "1", "--image-size", str(args.image)])
+    make(["--out", out, "--action-dim", str(action_dim), "--image-size", str(args.image), "--identity-stats"])
     return out
 
 

@@ -15,8 +15,7 @@ from toolkits.embodied import make_tiny_vla
 @pytest.fixture(scope="module")
 def vla_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny_vla")
-    make_tiny_vla.main(["--out", str(out), "--action-dim", "7", "--chunks", "2", "--image-size", "32",
-                        "--hidden-size", "64", "--layers", "1"])
+    make_tiny_vla.main(["--out", str(out), "--action-dim", "7", "--image-size", "32"])
     return out
 
 
@@ -70,27 +69,31 @@ def test_config_errors_name_the_key(raw, spec, key):
     assert err.value.key == key
 
 
-def test_openvla_oft_from_folder(vla_dir):
+@pytest.mark.parametrize("model_type", ["openvla", "openvla_oft"])
+def test_openvla_from_real_format_folder(vla_dir, model_type):
     spec = ObsSpec(image_shape=(64, 64, 3), action_low=(-0.5,) * 7, action_high=(0.5,) * 7)
-    raw = {"model_type": "openvla_oft", "model_path": str(vla_dir), "action_dim": 7, "num_action_chunks": 2,
-           "unnorm_key": "tiny", "value_type": "action_level", "precision": "fp32", "image_size": [32, 32],
-           "hidden_size": 64, "vocab_size": 768, "center_crop": True, "do_sample": True}
+    raw = {"model_type": model_type, "model_path": str(vla_dir), "action_dim": 7, "num_action_chunks": 2,
+           "unnorm_key": "tiny_dataset", "value_type": "action_level", "precision": "fp32", "image_size": [32, 32],
+           "hidden_size": 64, "vocab_size": 576, "center_crop": True, "do_sample": True}
     policy = build_policy(raw, spec, temperature=0.5)
-    assert policy.temperature == 0.5 and policy.value_type == "action_level" and policy.config.center_crop
+    assert policy.temperature == 0.5 and policy.value_type == "action_level" and policy.options.center_crop
     imgs = torch.randint(0, 256, (3, 64, 64, 3), dtype=torch.uint8)
     out = policy.act(images=imgs, instructions=["open the drawer"] * 3)
     assert out.values.shape == (3, 2) and out.actions.abs().max() <= 0.5
+    ev = policy.evaluate(out.raw_actions, images=imgs, instructions=["open the drawer"] * 3)
+    assert torch.allclose(ev.logprobs, out.logprobs, atol=1e-5)
 
 
 def test_openvla_oft_lora_and_grpo(vla_dir, tmp_path):
-    pytest.importorskip("peft")
+    from rlinf.models.embodied.openvla import save_lora_adapter
+
     spec = ObsSpec(image_shape=(32, 32, 3))
     base = {"model_type": "openvla_oft", "model_path": str(vla_dir)}
     policy = build_policy({**base, "is_lora": True, "lora_rank": 2}, spec)
-    assert policy.lora_enabled
-    policy.save_lora_adapter(tmp_path / "lora")
+    assert policy.lora is not None
+    save_lora_adapter(policy, tmp_path / "lora")
     again = build_policy({**base, "is_lora": True, "lora_path": str(tmp_path / "lora")}, spec)
-    assert again.lora_enabled
+    assert again.lora is not None
     critic_free = build_policy({**base, "add_value_head": False}, spec)
     assert critic_free.act(images=torch.zeros(1, 32, 32, 3, dtype=torch.uint8)).values is None
 
@@ -99,11 +102,11 @@ def test_openvla_oft_lora_and_grpo(vla_dir, tmp_path):
     ({}, "actor.model.model_path"),
     ({"model_path": "/nonexistent/vla"}, "actor.model.model_path"),
     ({"action_dim": 6}, "actor.model.action_dim"),
-    ({"num_action_chunks": 8}, "actor.model.num_action_chunks"),
     ({"unnorm_key": "bridge_orig"}, "actor.model.unnorm_key"),
     ({"image_size": [224, 224]}, "actor.model.image_size"),
     ({"use_proprio": True}, "actor.model.use_proprio"),
     ({"lora_path": "/x"}, "actor.model.lora_path"),
+    ({"num_images_in_input": 2}, "actor.model.num_images_in_input"),
 ])
 def test_openvla_oft_config_errors(vla_dir, raw, key):
     full = {"model_type": "openvla_oft", "model_path": str(vla_dir), **raw}

@@ -68,13 +68,13 @@ def test_grpo_with_action_chunks_and_fixed_reset_groups(ray_cluster, tmp_path):
 
 
 def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp_path):
-    """The VLA path: a tiny OpenVLA-OFT-style model (random weights, LoRA) acting on the toy
-    task's camera image and instruction, K=2 chunks of A=2 actions, a GRPO step and a PPO step."""
-    from rlinf.models.embodied.openvla_oft.tiny import TINY_UNNORM_KEY, save_tiny_vla
+    """The VLA path: a tiny OpenVLA-OFT checkpoint in the real format (random weights, LoRA)
+    acting on the toy task's camera image and instruction, K=2 chunks of A=2 actions, a GRPO step
+    and a PPO step."""
+    from rlinf.models.embodied.openvla.tiny import TINY_UNNORM_KEY, write_tiny_openvla
     from rlinf.runners.embodied_main import run_embodied
 
-    vla = save_tiny_vla(tmp_path / "vla", action_dim=2, num_action_chunks=2, image_size=32, patch_size=8,
-                        hidden_size=64, num_layers=1, vision_hidden_size=64, vision_layers=1)
+    vla = write_tiny_openvla(tmp_path / "vla", action_dim=2, identity_stats=True)
     for adv in ("grpo", "gae"):
         cfg = toy_config(tmp_path / adv, {"env,rollout": "0", "actor": "0"}, 1, adv=adv, stages=1, chunks=2,
                          envs=4, group=2 if adv == "grpo" else 1, video=True, max_steps=1, val_check_interval=-1)
