@@ -49,14 +49,12 @@ def test_maniskill_pushcube_ppo_steps(ray_cluster, tmp_path):
                     reason="LIBERO is not installed (opt-in extra: RLINF_EXTRAS=...,libero)")
 def test_libero_tiny_vla_grpo_step(ray_cluster, tmp_path):
     from rlinf.engines.simulators.libero_setup import bundled_assets_dir
-    from rlinf.models.embodied.openvla_oft.tiny import TINY_UNNORM_KEY, save_tiny_vla
+    from rlinf.models.embodied.openvla.tiny import TINY_UNNORM_KEY, write_tiny_openvla
     from rlinf.runners.embodied_main import run_embodied
 
     if bundled_assets_dir() is None:
         pytest.skip("LIBERO assets are not installed")
-    vla = save_tiny_vla(tmp_path / "vla", action_dim=7, num_action_chunks=2, image_size=32, patch_size=8,
-                        hidden_size=64, num_layers=1, vision_hidden_size=64, vision_layers=1,
-                        num_images_in_input=2)
+    vla = write_tiny_openvla(tmp_path / "vla", action_dim=7, identity_stats=True)
     cfg = toy_config(tmp_path, {"env,rollout": "0", "actor": "0"}, 1, adv="grpo", stages=1, chunks=2,
                      envs=2, group=2, video=True, max_steps=1, val_check_interval=-1)
     for split in ("train", "eval"):
