@@ -79,6 +79,9 @@ class EnvInitParams:
         camera_names: LIBERO cameras returned as images (our key).
         shadows: LIBERO: MuJoCo shadows and multisampling in offscreen rendering; off renders about
             1.6x faster on CPU (our key).
+        instruction: ManiSkill: language instruction sent with every observation of a task that
+            has none of its own (the stock tasks such as PickCube-v1 have none; the bridge
+            digital twins do, and theirs wins); null = no instruction (our key).
     """
 
     camera_heights: int | None = None
@@ -93,6 +96,7 @@ class EnvInitParams:
     human_render_camera_configs: dict[str, Any] = field(default_factory=dict)
     camera_names: tuple[str, ...] = ("agentview", "robot0_eye_in_hand")
     shadows: bool = False
+    instruction: str | None = None
 
     def validate(self, path: str) -> None:
         for key in ("camera_heights", "camera_widths"):
@@ -186,6 +190,10 @@ class EnvConfig:
         if self.env_type == "maniskill":
             check(bool(self.init_params.id), f"{path}.init_params.id",
                   "env_type maniskill needs a task id (e.g. PickCube-v1)")
+        else:
+            check(self.init_params.instruction is None, f"{path}.init_params.instruction",
+                  f"only ManiSkill tasks take an instruction from the config; {self.env_type} tasks "
+                  "carry their own")
         if self.env_type == "libero":
             suites = ", ".join(LIBERO_SUITES)
             check(self.task_suite_name is not None, f"{path}.task_suite_name",

