@@ -67,21 +67,30 @@ class EmbodiedGroups:
 def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: PlacementPlan) -> EmbodiedGroups:
     """Start env workers (which report the observation spec), then rollout and actor groups
     sized from it; a pipe from every env worker to the rollout worker that serves it, a tensor
-    link actor -> rollout."""
+    link actor -> rollout.
+
+    Start-up overlaps what it can: the eval simulators start in the background while the train
+    simulators report the spec (when the run evaluates), and the rollout and actor processes
+    start together."""
     stages, model = cfg.rollout.pipeline_stage_num, cfg.actor.model
     env = WorkerGroup.launch(cluster, EnvWorker, plan.component("env"), name="env",
                              args=(cfg.env, stages, model.num_action_chunks))
     launched = [env]
     try:
+        if cfg.runner.val_check_interval > 0 or cfg.runner.only_eval:
+            env.execute("prepare", "eval").wait()
         obs_spec = env.execute("obs_spec", ranks=[0]).wait()[0]
         temperature = cfg.algorithm.sampling_params.temperature
         norm_clip = cfg.rollout.state_norm_clip if cfg.rollout.normalize_states else None
         rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"), name="rollout",
-                                     args=(model, obs_spec, env.world_size, stages, temperature, norm_clip))
+                                     args=(model, obs_spec, env.world_size, stages, temperature, norm_clip),
+                                     wait=False)
         launched.append(rollout)
         actor = WorkerGroup.launch(cluster, EmbodiedActorWorker, plan.component("actor"), name="actor",
-                                   args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip))
+                                   args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip), wait=False)
         launched.append(actor)
+        rollout.wait_started()
+        actor.wait_started()
         PipeLink.connect(ENV_POLICY_PIPE, env, rollout,
                          pairs=[(e, e % rollout.world_size) for e in range(env.world_size)])
         TensorLink.connect(POLICY_LINK, actor, 0, rollout)

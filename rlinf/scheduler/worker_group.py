@@ -59,6 +59,7 @@ class WorkerGroup:
         env: dict[str, str] | None = None,
         max_concurrency: int = 1,
         start_timeout: float = 120.0,
+        wait: bool = True,
     ) -> "WorkerGroup":
         """Start one process per placed rank and wait until all have run ``__init__``.
 
@@ -71,6 +72,8 @@ class WorkerGroup:
             env: extra environment variables for every rank.
             max_concurrency: calls one worker may run at once (threads).
             start_timeout: seconds to wait for every rank's ``__init__``.
+            wait: False returns as soon as the processes are requested; call
+                :meth:`wait_started` before using the group (lets several groups start at once).
 
         Raises:
             WorkerError / WorkerDiedError: a rank's ``__init__`` failed.
@@ -113,12 +116,19 @@ class WorkerGroup:
             ).remote(*args, **(kwargs or {}))
             actors.append(actor)
         group = cls(cluster, placement, name, worker_cls, actors)
-        try:
-            group._execute("_rlinf_ping", _control=True).wait(timeout=start_timeout)
-        except BaseException:
-            group.shutdown()  # no half-started group left running
-            raise
+        if wait:
+            group.wait_started(start_timeout)
         return group
+
+    def wait_started(self, timeout: float = 120.0) -> "WorkerGroup":
+        """Wait until every rank has run ``__init__`` (after ``launch(..., wait=False)``); on a
+        failure the group is shut down and the error raised."""
+        try:
+            self._execute("_rlinf_ping", _control=True).wait(timeout=timeout)
+        except BaseException:
+            self.shutdown()  # no half-started group left running
+            raise
+        return self
 
     @property
     def world_size(self) -> int:

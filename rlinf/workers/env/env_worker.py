@@ -13,6 +13,7 @@ not by messaging. A failure on either side is sent through the pipe, so the part
 from __future__ import annotations
 
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -37,20 +38,51 @@ class EnvWorker(Worker):
     def __init__(self, cfg: EnvSectionConfig, stages: int, num_action_chunks: int):
         self.cfg, self.stages, self.K = cfg, stages, num_action_chunks
         self._envs: dict[str, list[VectorEnv]] = {}
+        self._pending: dict[str, Future] = {}
+        self._background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sim-build")
         self._built = 0
 
     def _split_cfg(self, split: str) -> EnvConfig:
         return self.cfg.train if split == "train" else self.cfg.eval
 
     def envs(self, split: str) -> list[VectorEnv]:
-        """This worker's simulators of ``split`` (``train`` / ``eval``), one batch per stage."""
+        """This worker's simulators of ``split`` (``train`` / ``eval``), one batch per stage
+        (built now, or collected from :meth:`prepare`)."""
         if split not in self._envs:
-            cfg = self._split_cfg(split)
-            per_stage = cfg.total_num_envs // (self.world_size * self.stages)
-            self._envs[split] = [make_vector_env(cfg, per_stage, rank=self.rank * self.stages + s)
-                                 for s in range(self.stages)]
+            pending = self._pending.pop(split, None)
+            self._envs[split] = pending.result() if pending is not None else self._build(split)
             self._built += 1
         return self._envs[split]
+
+    def prepare(self, split: str) -> None:
+        """Start building ``split``'s simulators in the background and return at once; the next
+        :meth:`envs` (a rollout) collects them. Simulator processes start in parallel with
+        whatever this worker and the other groups do meanwhile (e.g. the eval simulators while
+        the rollout and actor workers start). Errors surface at that next use."""
+        if split not in self._envs and split not in self._pending:
+            self._pending[split] = self._background.submit(self._build, split)
+
+    def _build(self, split: str) -> list[VectorEnv]:
+        """One simulator batch per stage; process-based simulators (ManiSkill on CPU, LIBERO)
+        start all their processes at once instead of one stage after another."""
+        cfg = self._split_cfg(split)
+        per_stage = cfg.total_num_envs // (self.world_size * self.stages)
+        ranks = [self.rank * self.stages + s for s in range(self.stages)]
+        if self.stages == 1 or not _process_based(cfg):
+            return [make_vector_env(cfg, per_stage, rank=r) for r in ranks]
+        with ThreadPoolExecutor(max_workers=self.stages, thread_name_prefix=f"{split}-stage") as pool:
+            futures = [pool.submit(make_vector_env, cfg, per_stage, rank=r) for r in ranks]
+        built, errors = [], []
+        for future in futures:
+            try:
+                built.append(future.result())
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after closing the rest
+                errors.append(exc)
+        if errors:
+            for env in built:
+                env.close()
+            raise errors[0]
+        return built
 
     def simulators_built(self) -> int:
         """How many times a split's simulators were built (once per split, unless offloaded)."""
@@ -128,10 +160,26 @@ class EnvWorker(Worker):
         self.close()
 
     def close(self) -> None:
+        pending, self._pending = list(self._pending.values()), {}
+        for future in pending:  # simulators still starting: wait for them, then close them too
+            try:
+                self._envs.setdefault(f"pending{id(future)}", future.result())
+            except BaseException:  # noqa: BLE001 - a failed build has nothing left to close
+                pass
         for envs in self._envs.values():
             for env in envs:
                 env.close()
         self._envs = {}
+
+
+def _process_based(cfg: EnvConfig) -> bool:
+    """Simulators living in their own processes (safe to build from several threads)."""
+    if cfg.env_type == "libero":
+        return True
+    if cfg.env_type == "maniskill":
+        backend = cfg.init_params.sim_backend
+        return backend == "cpu" or (backend == "auto" and not torch.cuda.is_available())
+    return False
 
 
 def obs_spec_of(env: VectorEnv, obs: EnvObs) -> ObsSpec:
