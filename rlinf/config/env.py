@@ -142,6 +142,11 @@ class EnvConfig:
             messages) (our key).
         start_timeout_s: limit for starting a simulator process and building its environment
             (our key).
+        sim_in_worker: ManiSkill CPU simulation: the env worker steps its environments itself,
+            one after another, instead of in simulator processes: no process start-up and no
+            extra message hop per step, one core per env worker; place several env workers
+            (``cluster.component_placement.env: 0-1``) to use several cores. A simulator that
+            hangs is then not cut off by ``step_timeout_s`` (our key).
     """
 
     env_type: Literal["maniskill", "libero", "toy"]
@@ -161,6 +166,7 @@ class EnvConfig:
     step_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
     envs_per_process: int = 1
+    sim_in_worker: bool = False
 
     @property
     def episode_steps(self) -> int | None:
@@ -187,6 +193,14 @@ class EnvConfig:
               f"must be >= 1, got {self.envs_per_process}")
         check(self.envs_per_process == 1 or self.env_type == "maniskill", f"{path}.envs_per_process",
               f"only ManiSkill groups environments in a process; {self.env_type} needs 1")
+        if self.sim_in_worker:
+            check(self.env_type == "maniskill", f"{path}.sim_in_worker",
+                  f"only ManiSkill CPU environments run inside the env worker; {self.env_type} needs "
+                  "its simulator processes")
+            check(self.init_params.sim_backend != "gpu", f"{path}.sim_in_worker",
+                  "sim_backend gpu already simulates every environment in the env worker; drop one")
+            check(self.envs_per_process == 1, f"{path}.envs_per_process",
+                  "has no effect with sim_in_worker (there are no simulator processes); drop one")
         if self.env_type == "maniskill":
             check(bool(self.init_params.id), f"{path}.init_params.id",
                   "env_type maniskill needs a task id (e.g. PickCube-v1)")

@@ -83,6 +83,22 @@ def test_envs_per_process_is_maniskill_only_and_positive():
                                   "envs_per_process": 0}, "env.train")
 
 
+def test_sim_in_worker_is_maniskill_cpu_only_and_excludes_envs_per_process():
+    from rlinf.config.env import EnvConfig
+    from rlinf.utils.typed_config import ConfigError, parse_section
+
+    base = {"env_type": "maniskill", "init_params": {"id": "PushCube-v1"}, "sim_in_worker": True}
+    assert parse_section(EnvConfig, base, "env.train").sim_in_worker
+    with pytest.raises(ConfigError, match="env.eval.sim_in_worker.*libero"):
+        parse_section(EnvConfig, {"env_type": "libero", "task_suite_name": "libero_10",
+                                  "sim_in_worker": True}, "env.eval")
+    with pytest.raises(ConfigError, match="env.train.sim_in_worker.*gpu"):
+        parse_section(EnvConfig, {**base, "init_params": {"id": "PushCube-v1", "sim_backend": "gpu"}},
+                      "env.train")
+    with pytest.raises(ConfigError, match="env.train.envs_per_process.*no effect"):
+        parse_section(EnvConfig, {**base, "envs_per_process": 4}, "env.train")
+
+
 def test_new_ppo_and_rollout_keys_are_checked():
     from rlinf.config.algorithm import AlgorithmConfig
     from rlinf.config.rollout import RolloutConfig

@@ -92,6 +92,25 @@ def test_reset_and_step_shapes(sim):
     assert not torch.equal(res.obs.states, obs.states)
 
 
+def test_sim_in_worker_steps_in_this_process_with_the_same_results(sim):
+    import dataclasses
+
+    from rlinf.engines.simulators.single import SerialBatchSim
+
+    inproc = build_maniskill_sim(dataclasses.replace(cfg(), sim_in_worker=True), num_envs=2)
+    try:
+        assert isinstance(inproc, SerialBatchSim) and not inproc.steps_in_background
+        assert sim.steps_in_background
+        a, b = EpisodeVectorEnv(inproc), EpisodeVectorEnv(sim)
+        assert torch.equal(a.reset(reset_state_ids=[4, 5]).states, b.reset(reset_state_ids=[4, 5]).states)
+        actions = torch.rand(3, 2, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
+        for act in actions:  # same physics: identical states and rewards step by step
+            ra, rb = a.step(act), b.step(act)
+            assert torch.equal(ra.obs.states, rb.obs.states) and torch.equal(ra.rewards, rb.rewards)
+    finally:
+        inproc.close()
+
+
 def test_same_seed_same_initial_obs_and_shared_group_state(sim):
     env = EpisodeVectorEnv(sim, use_fixed_reset_state_ids=True, group_size=2, seed=3)
     a = env.reset(seed=11)

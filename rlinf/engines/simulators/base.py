@@ -175,6 +175,12 @@ class VectorEnv(ABC):
     def step(self, actions: torch.Tensor | np.ndarray) -> StepResult:
         """Apply ``actions`` ``[N, A]`` (clipped to the action bounds) to every environment."""
 
+    @property
+    def steps_in_background(self) -> bool:
+        """True when :meth:`step_async` returns while the simulators step elsewhere (other
+        processes); False when the step runs in :meth:`step_wait`, in the caller's process."""
+        return False
+
     def step_async(self, actions: torch.Tensor | np.ndarray) -> None:
         """Start :meth:`step` and return early where the simulators run in other processes, so
         the caller can work meanwhile; :meth:`step_wait` returns the result. Exactly one

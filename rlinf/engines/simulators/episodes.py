@@ -100,6 +100,10 @@ class BatchSim(ABC):
     def step(self, actions: torch.Tensor) -> SimStep:
         """Step all environments with ``[N, A]`` float32 actions."""
 
+    #: :meth:`step_send` returns while the step runs elsewhere (processes); False: the step runs
+    #: in :meth:`step_recv`.
+    steps_in_background: bool = False
+
     def step_send(self, actions: torch.Tensor) -> None:
         """Start :meth:`step` and return before it finishes, where the simulators run elsewhere
         (processes); :meth:`step_recv` waits for the result. Default: nothing starts early."""
@@ -191,6 +195,10 @@ class EpisodeVectorEnv(VectorEnv):
     @property
     def reset_state_ids(self) -> np.ndarray:
         return self._state_ids.copy()
+
+    @property
+    def steps_in_background(self) -> bool:
+        return self._sim.steps_in_background
 
     @property
     def sim(self) -> BatchSim:

@@ -3,7 +3,8 @@
 On CPU, a ManiSkill env object holds one environment ("Cannot set the sim backend to 'cpu' and
 have multiple environments"), so ``N`` environments are ``N`` :class:`ManiSkillSingleEnv` in
 worker processes (a :class:`~rlinf.engines.simulators.subproc.SubprocBatchSim`), one per
-process or ``env.<split>.envs_per_process`` per process.
+process or ``env.<split>.envs_per_process`` per process, or stepped by the env worker itself
+(``env.<split>.sim_in_worker``, a :class:`~rlinf.engines.simulators.single.SerialBatchSim`).
 With CUDA, :class:`ManiSkillGPUSim` runs all ``N`` in one process (``sim_backend="gpu"``); that
 path is not exercised by the CPU test suite.
 
@@ -40,7 +41,7 @@ import torch
 from rlinf.config.env import EnvConfig
 from rlinf.engines.simulators.base import EnvObs, SimulatorError
 from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
-from rlinf.engines.simulators.single import SingleEnv, SingleObs, SingleStep
+from rlinf.engines.simulators.single import SerialBatchSim, SingleEnv, SingleObs, SingleStep
 from rlinf.engines.simulators.subproc import SubprocBatchSim
 
 __all__ = ["ManiSkillGPUSim", "ManiSkillSingleEnv", "MissingAssetsError", "build_maniskill_sim",
@@ -288,8 +289,8 @@ class ManiSkillGPUSim(BatchSim):
 
 
 def build_maniskill_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
-    """The :class:`BatchSim` for ``cfg`` (``env_type: maniskill``): processes on CPU, one GPU batch
-    with CUDA (``init_params.sim_backend``)."""
+    """The :class:`BatchSim` for ``cfg`` (``env_type: maniskill``): processes on CPU (or this
+    process with ``sim_in_worker``), one GPU batch with CUDA (``init_params.sim_backend``)."""
     p = cfg.init_params
     assert p.id is not None, "validated by EnvConfig"
     check_maniskill_assets(p.id)  # fail before any process starts
@@ -305,6 +306,16 @@ def build_maniskill_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
     if backend == "gpu":
         return ManiSkillGPUSim(num_envs, p.id, **kwargs)
     factory = partial(ManiSkillSingleEnv, p.id, **kwargs)
+    if cfg.sim_in_worker:
+        envs: list[SingleEnv] = []
+        try:
+            for _ in range(num_envs):
+                envs.append(factory())
+        except BaseException:
+            for env in envs:
+                env.close()
+            raise
+        return SerialBatchSim(envs)
     return SubprocBatchSim([factory] * num_envs, labels=[p.id] * num_envs,
                            step_timeout_s=cfg.step_timeout_s, start_timeout_s=cfg.start_timeout_s,
                            envs_per_process=cfg.envs_per_process)

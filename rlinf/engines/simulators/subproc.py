@@ -129,6 +129,8 @@ class SubprocBatchSim(BatchSim):
         specs = self._gather(range(len(self._procs)), "start", start_timeout_s)
         self._spec: SimSpec = specs[0]
 
+    steps_in_background = True
+
     @property
     def num_envs(self) -> int:
         return len(self._last)

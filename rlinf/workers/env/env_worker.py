@@ -58,8 +58,10 @@ class EnvWorker(Worker):
         """Start building ``split``'s simulators in the background and return at once; the next
         :meth:`envs` (a rollout) collects them. Simulator processes start in parallel with
         whatever this worker and the other groups do meanwhile (e.g. the eval simulators while
-        the rollout and actor workers start). Errors surface at that next use."""
-        if split not in self._envs and split not in self._pending:
+        the rollout and actor workers start). Errors surface at that next use. Simulators living
+        in this process (toy, ``sim_in_worker``, GPU) are not built from a second thread: for them
+        this does nothing and the next use builds them."""
+        if split not in self._envs and split not in self._pending and _process_based(self._split_cfg(split)):
             self._pending[split] = self._background.submit(self._build, split)
 
     def _build(self, split: str) -> list[VectorEnv]:
@@ -127,11 +129,14 @@ class EnvWorker(Worker):
         # Without auto_reset an environment plays one episode per rollout: once it ends, later
         # steps of the rollout earn nothing and do not count as further episodes.
         finished = [None if cfg.auto_reset else torch.zeros(env.num_envs, dtype=torch.bool) for env in envs]
-        # With 2+ stages the last step of a stage's chunk is left running in the simulator
-        # processes while this worker finishes the previous stage (waits for its step, sends its
-        # observations) and receives the next stage's actions: the simulators of two stages
-        # overlap with each other and with this worker's messaging. With 1 stage the policy needs
-        # the observations before it can send more actions, so every chunk finishes at once.
+        # With 2+ stages and simulator processes the last step of a stage's chunk is left running
+        # in those processes while this worker finishes the previous stage (waits for its step,
+        # sends its observations) and receives the next stage's actions: the simulators of two
+        # stages overlap with each other and with this worker's messaging. With 1 stage the
+        # policy needs the observations before it can send more actions, and simulators stepped
+        # in this process have nothing to overlap with, so every chunk finishes at once (this
+        # worker steps one stage while the policy computes the other's actions).
+        overlap = self.stages > 1 and all(env.steps_in_background for env in envs)
         pending: _ChunkRun | None = None
         for _ in range(num_steps):
             for s, env in enumerate(envs):
@@ -141,7 +146,7 @@ class EnvWorker(Worker):
                 if pending is not None:
                     self._finish(pending, pipe, tag)
                 pending = run
-                if self.stages == 1:
+                if not overlap:
                     self._finish(pending, pipe, tag)
                     pending = None
         if pending is not None:
@@ -176,7 +181,7 @@ def _process_based(cfg: EnvConfig) -> bool:
     """Simulators living in their own processes (safe to build from several threads)."""
     if cfg.env_type == "libero":
         return True
-    if cfg.env_type == "maniskill":
+    if cfg.env_type == "maniskill" and not cfg.sim_in_worker:
         backend = cfg.init_params.sim_backend
         return backend == "cpu" or (backend == "auto" and not torch.cuda.is_available())
     return False
