@@ -181,6 +181,11 @@ class VectorEnv(ABC):
         processes); False when the step runs in :meth:`step_wait`, in the caller's process."""
         return False
 
+    def set_idle(self, idle: np.ndarray | torch.Tensor | None) -> None:
+        """``[N]`` bool: environments whose further results nobody reads (their episode ended in a
+        rollout without auto-reset); simulators that can skip them do, until their next reset.
+        None = step all. Default: all keep stepping."""
+
     def step_async(self, actions: torch.Tensor | np.ndarray) -> None:
         """Start :meth:`step` and return early where the simulators run in other processes, so
         the caller can work meanwhile; :meth:`step_wait` returns the result. Exactly one

@@ -104,6 +104,13 @@ class BatchSim(ABC):
     #: in :meth:`step_recv`.
     steps_in_background: bool = False
 
+    def set_idle(self, idle: np.ndarray | None) -> None:
+        """``[N]`` bool: environments whose further steps nobody reads (their episode ended in a
+        rollout without auto-reset). A simulator that can skip them does: their step repeats
+        the last observation with reward 0, no termination and no success. None = step all;
+        a reset of an environment clears its flag. Default: every environment keeps stepping
+        (a batched GPU simulator steps all of them anyway)."""
+
     def step_send(self, actions: torch.Tensor) -> None:
         """Start :meth:`step` and return before it finishes, where the simulators run elsewhere
         (processes); :meth:`step_recv` waits for the result. Default: nothing starts early."""
@@ -199,6 +206,15 @@ class EpisodeVectorEnv(VectorEnv):
     @property
     def steps_in_background(self) -> bool:
         return self._sim.steps_in_background
+
+    def set_idle(self, idle: np.ndarray | torch.Tensor | None) -> None:
+        """Stop simulating environments whose results are no longer read (see
+        :meth:`BatchSim.set_idle`); the next reset of an environment wakes it."""
+        if idle is not None:
+            idle = np.asarray(idle.cpu() if isinstance(idle, torch.Tensor) else idle, dtype=bool).reshape(-1)
+            if idle.shape != (self.num_envs,):
+                raise ValueError(f"idle must be [num_envs={self.num_envs}], got {list(idle.shape)}")
+        self._sim.set_idle(idle)
 
     @property
     def sim(self) -> BatchSim:

@@ -28,7 +28,7 @@ import torch
 from rlinf.engines.simulators.base import EnvObs
 from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
 
-__all__ = ["SerialBatchSim", "SingleEnv", "SingleObs", "SingleStep", "stack_obs", "stack_steps"]
+__all__ = ["IdleEnvs", "SerialBatchSim", "SingleEnv", "SingleObs", "SingleStep", "stack_obs", "stack_steps"]
 
 
 @dataclass
@@ -116,6 +116,38 @@ def stack_steps(steps: Sequence[SingleStep]) -> SimStep:
     )
 
 
+class IdleEnvs:
+    """Which environments of a batch are idle (:meth:`BatchSim.set_idle`) and what their skipped
+    steps return: the last real step's observation and extras, reward 0, not terminated, no
+    success."""
+
+    def __init__(self, n: int):
+        self._flags = np.zeros(n, dtype=bool)
+        self._last: list[SingleStep | None] = [None] * n
+
+    def set(self, idle: np.ndarray | None) -> None:
+        self._flags = np.zeros_like(self._flags) if idle is None else np.asarray(idle, dtype=bool).copy()
+
+    def wake(self, env_ids) -> None:
+        """A reset: these environments step again (and replay nothing of an old episode)."""
+        for i in np.asarray(env_ids, dtype=np.int64).reshape(-1).tolist():
+            self._flags[i] = False
+            self._last[i] = None
+
+    def is_idle(self, i: int) -> bool:
+        """True once env ``i`` was flagged idle and has stepped at least once."""
+        return bool(self._flags[i]) and self._last[i] is not None
+
+    def remember(self, i: int, step: SingleStep) -> None:
+        self._last[i] = step
+
+    def replay(self, i: int) -> SingleStep:
+        last = self._last[i]
+        assert last is not None
+        return SingleStep(obs=last.obs, reward=0.0, terminated=False, success=False,
+                          extras={k: 0.0 for k in last.extras})
+
+
 class SerialBatchSim(BatchSim):
     """A batch of :class:`SingleEnv` run one after another in this process."""
 
@@ -126,10 +158,14 @@ class SerialBatchSim(BatchSim):
         spec = self._envs[0].spec()
         self._spec = spec
         self._last: list[SingleObs | None] = [None] * len(self._envs)
+        self._idle = IdleEnvs(len(self._envs))
 
     @property
     def num_envs(self) -> int:
         return len(self._envs)
+
+    def set_idle(self, idle: np.ndarray | None) -> None:
+        self._idle.set(idle)
 
     @property
     def spec(self) -> SimSpec:
@@ -138,13 +174,16 @@ class SerialBatchSim(BatchSim):
     def reset(self, env_ids: np.ndarray, state_ids: np.ndarray) -> EnvObs:
         for i in env_ids.tolist():
             self._last[i] = self._envs[i].reset(int(state_ids[i]))
+        self._idle.wake(env_ids)
         return stack_obs(self._require_all())
 
     def step(self, actions: np.ndarray | torch.Tensor) -> SimStep:
         acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else actions
-        steps = [env.step(np.asarray(a, dtype=np.float32)) for env, a in zip(self._envs, acts)]
+        steps = [self._idle.replay(i) if self._idle.is_idle(i) else env.step(np.asarray(a, dtype=np.float32))
+                 for i, (env, a) in enumerate(zip(self._envs, acts))]
         for i, s in enumerate(steps):
             self._last[i] = s.obs
+            self._idle.remember(i, s)
         return stack_steps(steps)
 
     def render(self) -> np.ndarray:

@@ -35,7 +35,7 @@ import torch
 
 from rlinf.engines.simulators.base import EnvObs, SimulatorError
 from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
-from rlinf.engines.simulators.single import SingleEnv, SingleObs, SingleStep, stack_obs, stack_steps
+from rlinf.engines.simulators.single import IdleEnvs, SingleEnv, SingleObs, SingleStep, stack_obs, stack_steps
 
 __all__ = ["SubprocBatchSim"]
 
@@ -46,7 +46,8 @@ def _worker(conn: Connection, factories: Sequence[EnvFactory]) -> None:
     """Process body: build the envs (one or more, stepped one after another), then answer
     (command, argument) pairs until close or EOF.
 
-    Commands and payloads: ``step`` (actions ``[k, A]`` -> one :class:`SingleStep` per env),
+    Commands and payloads: ``step`` (one ``[A]`` action per env, None for an idle env -> one
+    :class:`SingleStep` per env, None where idle),
     ``reset`` (``[(local index, state id), ...]`` -> those envs' :class:`SingleObs`), ``render``
     (-> one frame per env), ``close``. Replies are ``(ok, payload, task_names)``; on a Python
     error ``payload`` is the traceback.
@@ -68,7 +69,7 @@ def _worker(conn: Connection, factories: Sequence[EnvFactory]) -> None:
             break
         try:
             if cmd == "step":
-                out: Any = [env.step(a) for env, a in zip(envs, arg)]
+                out: Any = [None if a is None else env.step(a) for env, a in zip(envs, arg)]
             elif cmd == "reset":
                 out = [envs[j].reset(state_id) for j, state_id in arg]
             elif cmd == "render":
@@ -111,6 +112,7 @@ class SubprocBatchSim(BatchSim):
         self.start_timeout_s = start_timeout_s
         self._tasks = list(labels) if labels is not None else ["?"] * len(factories)
         self._last: list[SingleObs | None] = [None] * len(factories)
+        self._idle = IdleEnvs(len(factories))
         self._closed = False
         n = len(factories)
         #: env indices held by each process, contiguous and in order
@@ -134,6 +136,10 @@ class SubprocBatchSim(BatchSim):
     @property
     def num_envs(self) -> int:
         return len(self._last)
+
+    def set_idle(self, idle: np.ndarray | None) -> None:
+        """Idle environments are not sent to their process (see :meth:`BatchSim.set_idle`)."""
+        self._idle.set(idle)
 
     @property
     def num_processes(self) -> int:
@@ -166,6 +172,7 @@ class SubprocBatchSim(BatchSim):
         for (_, ids), obs_list in zip(asked, answers):
             for i, obs in zip(ids, obs_list):
                 self._last[i] = obs
+        self._idle.wake(sorted(wanted))
         missing = [i for i, o in enumerate(self._last) if o is None]
         if missing:
             raise RuntimeError(f"envs {missing} were never reset")
@@ -180,13 +187,16 @@ class SubprocBatchSim(BatchSim):
         acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else np.asarray(actions)
         acts = acts.astype(np.float32, copy=False)
         for p, members in enumerate(self._members):
-            self._send(p, "step", acts[members[0]:members[-1] + 1])
+            self._send(p, "step", [None if self._idle.is_idle(i) else acts[i] for i in members])
 
     def step_recv(self) -> SimStep:
-        per_proc: list[list[SingleStep]] = self._gather(range(len(self._procs)), "step", self.step_timeout_s)
-        steps = [s for group in per_proc for s in group]
+        per_proc: list[list[SingleStep | None]] = self._gather(range(len(self._procs)), "step",
+                                                               self.step_timeout_s)
+        steps = [s if s is not None else self._idle.replay(i)
+                 for i, s in enumerate(s for group in per_proc for s in group)]
         for i, s in enumerate(steps):
             self._last[i] = s.obs
+            self._idle.remember(i, s)
         return stack_steps(steps)
 
     def render(self) -> np.ndarray:

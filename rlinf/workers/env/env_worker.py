@@ -206,7 +206,7 @@ class _ChunkRun:
     Rewards after an episode's end inside the chunk are dropped (the environment was reset and
     the rest of the chunk was planned for the old one). ``finished`` (no auto-reset): rows whose
     episode already ended in this rollout; they earn nothing and end no further episode (updated
-    in place).
+    in place), and the simulators stop stepping them (:meth:`VectorEnv.set_idle`).
     """
 
     def __init__(self, env: VectorEnv, stage: int, K: int, finished: torch.Tensor | None,
@@ -251,6 +251,8 @@ class _ChunkRun:
         self.done |= ended
         if self.finished is not None:
             self.finished |= ended
+            if bool(ended.any()):  # nobody reads these rows again in this rollout: stop simulating them
+                self.env.set_idle(self.finished)
         if self.recorder is not None:
             self.recorder.add(self.env.render(), rewards=res.rewards.tolist(), successes=res.successes.tolist())
         self.k += 1
