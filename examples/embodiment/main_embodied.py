@@ -33,4 +33,7 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
+    from rlinf.runners.entry import precheck_config_files
+
+    precheck_config_files(__file__, "toy_ppo_mlp")
     main()

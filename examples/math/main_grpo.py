@@ -32,4 +32,7 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
+    from rlinf.runners.entry import precheck_config_files
+
+    precheck_config_files(__file__, "grpo_tiny_cpu")
     main()

@@ -34,6 +34,7 @@ def main(cfg: DictConfig) -> None:
 
     t0 = time.perf_counter()
     cluster = Cluster.from_config(cluster_cfg)
+    print(cluster.origin, flush=True)
     plan = cluster_cfg.plan(cluster.shape)
     print(render_grid(plan), flush=True)
 

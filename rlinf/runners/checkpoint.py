@@ -68,3 +68,22 @@ def resolve_resume_dir(path: str) -> str:
         raise ConfigError(key, f"{path!r} holds no complete checkpoint (a global_step_<N> folder "
                                f"with {STATE_FILE})")
     return os.path.join(path, max(steps)[1])
+
+
+def resume_point(path: str) -> tuple[str, int]:
+    """``(global_step_<N> folder, its step)`` of ``runner.resume_dir``, checked from the file
+    system alone (before any worker starts): a missing folder, no complete checkpoint, or a
+    ``trainer_state.json`` that is not valid JSON or has no integer ``step`` raise
+    :class:`ConfigError` naming ``runner.resume_dir``."""
+    step_dir = resolve_resume_dir(path)
+    state_file = os.path.join(step_dir, STATE_FILE)
+    try:
+        state = read_trainer_state(step_dir)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError("runner.resume_dir", f"{state_file} is not valid JSON ({exc}); the "
+                                               "checkpoint is damaged: resume from an earlier one") from None
+    step = state.get("step") if isinstance(state, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ConfigError("runner.resume_dir", f"{state_file} has no step count (expected an integer "
+                                               f"'step' >= 0, found {step!r})")
+    return step_dir, step

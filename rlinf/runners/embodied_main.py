@@ -21,16 +21,20 @@ def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
     (or the eval metrics with ``runner.only_eval``).
     """
     from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+    from rlinf.runners import checkpoint as ckpt
     from rlinf.scheduler import Cluster
     from rlinf.utils.metric_logger import MetricLogger
 
     cfg = EmbodiedConfig.from_dict(raw) if isinstance(raw, dict) else EmbodiedConfig.from_hydra(raw)
+    # a bad resume folder is refused before Ray starts; metrics after its step are rolled back
+    resume_step = ckpt.resume_point(cfg.runner.resume_dir)[1] if cfg.runner.resume_dir else None
     cluster = Cluster.from_config(cfg.cluster)
+    print_fn(f"[rlinf] {cluster.origin}")
     plan = cfg.cluster.plan(cluster.shape)
     cfg.check_against_plan(plan)
     lg = cfg.runner.logger
     logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
-                          append=cfg.runner.resume_dir is not None)
+                          resume_step=resume_step)
     modes = ", ".join(f"{a}-{b} {plan.mode(a, b).value}" for a, b in
                       (("env", "rollout"), ("rollout", "actor"), ("env", "actor")))
     print_fn(f"[rlinf] embodied {cfg.algorithm.adv_type}: {cfg.env.train.env_type} "

@@ -57,20 +57,24 @@ def run_math(raw: Any, print_fn=print) -> dict[str, float]:
     """
     from rlinf.runners.math_groups import launch_math_groups
     from rlinf.runners.math_grpo import MathGRPORunner, total_training_steps
+    from rlinf.runners import checkpoint as ckpt
     from rlinf.scheduler import Cluster
     from rlinf.utils.metric_logger import MetricLogger
 
     cfg = MathConfig.from_dict(raw) if isinstance(raw, dict) else MathConfig.from_hydra(raw)
     tokenizer = load_tokenizer(cfg.model_path)
     train, val = build_loaders(cfg, tokenizer)
+    # a bad resume folder is refused before Ray starts; metrics after its step are rolled back
+    resume_step = ckpt.resume_point(cfg.runner.resume_dir)[1] if cfg.runner.resume_dir else None
     cluster = Cluster.from_config(cfg.cluster)
+    print_fn(f"[rlinf] {cluster.origin}")
     plan = cfg.cluster.plan(cluster.shape)
     cfg.check_against_plan(plan)
     total = total_training_steps(cfg, train.batches_per_epoch)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     lg = cfg.runner.logger
     logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
-                          append=cfg.runner.resume_dir is not None)
+                          resume_step=resume_step)
     print_fn(f"[rlinf] {total} steps of {cfg.data.rollout_batch_size} prompts x "
              f"{cfg.algorithm.group_size}; placement: " +
              ", ".join(f"{c}={plan.mode(a, c).value}" for a, c in [("actor", "rollout")]) +

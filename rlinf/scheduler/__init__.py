@@ -31,6 +31,7 @@ _EXPORTS = {
     "SchedulerError": "rlinf.scheduler.errors",
     "WorkerError": "rlinf.scheduler.errors",
     "WorkerDiedError": "rlinf.scheduler.errors",
+    "PeerDiedError": "rlinf.scheduler.errors",
     "CallTimeoutError": "rlinf.scheduler.errors",
     "ClusterError": "rlinf.scheduler.errors",
     "plan_placement": "rlinf.scheduler.placement",

@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 
 NODE_RANK_LABEL = "rlinf.io/node-rank"
 
+#: where a private local cluster listens (nothing outside this machine can reach it)
+LOOPBACK = "127.0.0.1"
+
 #: Environment every worker process starts with (on top of the user's runtime_env).
 WORKER_ENV = {
     # rlinf sets CUDA_VISIBLE_DEVICES per worker from the placement plan.
@@ -50,9 +53,10 @@ class Cluster:
         num_nodes: nodes the job uses (``cluster.num_nodes``); ``None`` = all alive nodes.
         accelerators_per_node: on GPU-less nodes, logical accelerator slots per node; on GPU
             nodes, an upper bound check against the node's GPUs (``None`` = what the node has).
-        address: Ray address to attach to; ``None`` = ``RAY_ADDRESS``, else a live cluster started
-            with ``ray start`` on this machine, else an embedded local cluster (dashboard off);
-            ``"local"`` always starts an embedded one.
+        address: Ray address to attach to; ``None`` = ``RAY_ADDRESS`` if set, else a private
+            local cluster started for this process (bound to 127.0.0.1, dashboard off; never a
+            cluster someone else started on the machine); ``"local"`` always starts a private one.
+            :attr:`origin` says which one the run uses.
         node_groups: labelled node groups from ``cluster.node_groups`` (see placement docs).
         namespace: Ray namespace for named actors (channels) of this job.
 
@@ -74,8 +78,10 @@ class Cluster:
         import ray
 
         self.namespace = namespace
-        if not ray.is_initialized():
-            _init_ray(address, namespace)
+        self._groups: list = []  # weak references to the worker groups launched on this cluster
+        #: one line naming the Ray cluster in use (printed by the entry points)
+        self.origin = _init_ray(address, namespace) if not ray.is_initialized() else \
+            "the Ray cluster this process had already joined"
         self.nodes = _rank_nodes(_alive_nodes(), accelerators_per_node)
         if num_nodes is not None:
             if num_nodes > len(self.nodes):
@@ -128,6 +134,18 @@ class Cluster:
                     "declare cluster.node_groups for nodes of different kinds"
                 )
 
+    def register_group(self, group) -> None:
+        """Remember a launched :class:`~rlinf.scheduler.WorkerGroup` (weakly), so a failure
+        can check whether a peer group's worker died."""
+        import weakref
+
+        self._groups = [ref for ref in self._groups if ref() is not None] + [weakref.ref(group)]
+
+    def live_groups(self) -> list:
+        """The registered groups not shut down yet."""
+        groups = [ref() for ref in getattr(self, "_groups", [])]
+        return [g for g in groups if g is not None and g.actors]
+
     def node(self, rank: int) -> NodeInfo:
         """The node with placement rank ``rank``."""
         return self.nodes[rank]
@@ -141,39 +159,31 @@ class Cluster:
         return "\n".join(lines)
 
 
-def _init_ray(address: str | None, namespace: str) -> None:
+def ray_target(address: str | None) -> tuple[str, str]:
+    """``(address for ray.init, where it came from)``: the ``address`` argument, else
+    ``RAY_ADDRESS``, else ``"local"`` (a private cluster). A cluster that happens to run on the
+    machine (another user's, another job's) is never joined unless named."""
+    if address:
+        return address, "the address argument"
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env:
+        return env, "RAY_ADDRESS"
+    return "local", "default"
+
+
+def _init_ray(address: str | None, namespace: str) -> str:
+    """Start or join Ray; returns the one-line description of the cluster in use."""
     import ray
 
     kwargs = dict(namespace=namespace, runtime_env={"env_vars": dict(WORKER_ENV)}, log_to_driver=True)
-    address = address or os.environ.get("RAY_ADDRESS") or _live_local_cluster() or "local"
-    if address == "local":
-        # Nothing running here (or asked for): start an embedded cluster, dashboard off.
-        ray.init(address="local", include_dashboard=False, **kwargs)
-        return
-    logger.info("attaching to the Ray cluster at %s", address)
-    ray.init(address=address, **kwargs)
-
-
-def _live_local_cluster() -> str | None:
-    """Address of the cluster that ``ray start`` recorded on this machine, if its GCS answers.
-
-    Ray's ``address="auto"`` follows the same record but waits about a minute when the recorded
-    cluster has died since (its file outlives it); a 1 s TCP probe tells the two apart.
-    """
-    try:
-        from ray._private.utils import read_ray_address
-
-        recorded = read_ray_address()
-    except Exception:  # noqa: BLE001 - private helper moved: behave as if nothing is recorded
-        return None
-    if not recorded or ":" not in recorded:
-        return None
-    host, port = recorded.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return recorded
-    except (OSError, ValueError):
-        return None
+    target, source = ray_target(address)
+    if target == "local":
+        # A private cluster for this run on the loopback interface, dashboard off.
+        ray.init(address="local", include_dashboard=False, _node_ip_address=LOOPBACK, **kwargs)
+        return f"Ray: a private local cluster started by this run ({LOOPBACK}, {source})"
+    logger.info("attaching to the Ray cluster at %s", target)
+    ray.init(address=target, **kwargs)
+    return f"Ray: attached to the cluster at {target} (from {source})"
 
 
 def _alive_nodes() -> list[dict]:

@@ -37,6 +37,32 @@ class WorkerDiedError(SchedulerError):
         super().__init__(f"{worker} on node {node} died during {method}(): {detail}")
 
 
+class PeerDiedError(WorkerDiedError):
+    """A worker raised because a peer it talks to (a collective, a tensor link, a pipe) died: the
+    dead worker is named first, the survivor's error follows.
+
+    Attributes:
+        worker, node: the dead worker and its node.
+        noticed_by, method: the surviving worker and the method that failed.
+        survivor_error: the survivor's :class:`WorkerError` (its traceback included).
+    """
+
+    def __init__(self, dead: WorkerDiedError, survivor_error: WorkerError):
+        self.worker, self.node, self.method = dead.worker, dead.node, survivor_error.method
+        self.noticed_by = survivor_error.worker
+        self.survivor_error = survivor_error
+        lines = [line for line in survivor_error.remote_traceback.strip().splitlines() if line.strip()]
+        SchedulerError.__init__(
+            self, f"{dead.worker} on node {dead.node} is dead ({_detail(dead)}); "
+                  f"{survivor_error.worker} noticed it in {survivor_error.method}(): "
+                  f"{lines[-1] if lines else 'no message'}")
+
+
+def _detail(err: WorkerDiedError) -> str:
+    text = str(err)
+    return text.split("): ", 1)[1] if "): " in text else text
+
+
 class CallTimeoutError(SchedulerError, TimeoutError):
     """A group call did not finish within the timeout; names the ranks still running."""
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from rlinf.scheduler.errors import CallTimeoutError, WorkerDiedError, WorkerError
+from rlinf.scheduler.errors import CallTimeoutError, PeerDiedError, WorkerDiedError, WorkerError
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
@@ -98,9 +98,25 @@ class GroupCall:
         except ray.exceptions.RayError as exc:
             raise WorkerError(worker, node, self.method, str(exc)) from None
         if error is not None:
-            raise WorkerError(worker, node, self.method, error)
+            failure = WorkerError(worker, node, self.method, error)
+            dead = self._dead_peer()
+            if dead is not None:  # the survivor's error is a symptom: name the dead worker
+                raise PeerDiedError(dead, failure) from None
+            raise failure
         self.results_by_rank[rank] = value
         self.elapsed[rank] = elapsed
+
+    def _dead_peer(self, timeout: float = 10.0) -> WorkerDiedError | None:
+        """A worker of any live group of this cluster that is dead, or None: checked when a
+        rank raised, since a collective or link with a dead peer fails on the survivor first."""
+        for group in self.group.cluster.live_groups():
+            try:
+                group.check_alive(timeout=timeout)
+            except WorkerDiedError as died:
+                return died
+            except Exception:  # noqa: BLE001 - a slow or odd group is not a dead one
+                continue
+        return None
 
     def _finish(self) -> list[Any]:
         if self.wall_time is None:

@@ -116,6 +116,7 @@ class WorkerGroup:
             ).remote(*args, **(kwargs or {}))
             actors.append(actor)
         group = cls(cluster, placement, name, worker_cls, actors)
+        cluster.register_group(group)
         if wait:
             group.wait_started(start_timeout)
         return group

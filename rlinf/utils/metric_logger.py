@@ -29,17 +29,24 @@ class MetricLogger:
         project: project name (wandb / swanlab).
         experiment: run name.
         backends: any of ``tensorboard``, ``wandb``, ``swanlab``.
-        append: keep earlier lines (a resumed run); False starts the file afresh.
+        resume_step: a run resumed from the checkpoint of this step: earlier lines up to it are
+            kept and those after it (logged before the crash, about to be logged again) are
+            dropped, from ``metrics.jsonl`` and from the tensorboard events (``purge_step``), so
+            each step appears once. None starts afresh. wandb / swanlab offline runs cannot be
+            rewound: they start a new run.
     """
 
     def __init__(self, log_path: str, project: str, experiment: str, backends: Iterable[str],
-                 append: bool = False):
+                 resume_step: int | None = None):
         os.makedirs(log_path, exist_ok=True)
         self.log_path = log_path
-        self._jsonl = open(os.path.join(log_path, "metrics.jsonl"), "a" if append else "w")
+        path = os.path.join(log_path, "metrics.jsonl")
+        if resume_step is not None:
+            _truncate_after(path, resume_step)
+        self._jsonl = open(path, "a" if resume_step is not None else "w")
         self._writers: list = []
         for backend in backends:
-            self._writers.append(_open_backend(backend, log_path, project, experiment))
+            self._writers.append(_open_backend(backend, log_path, project, experiment, resume_step))
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         """Record ``metrics`` at ``step`` (values must be numbers)."""
@@ -64,13 +71,35 @@ class MetricLogger:
         self._writers = []
 
 
-def _open_backend(backend: str, log_path: str, project: str, experiment: str):
+def _truncate_after(path: str, step: int) -> None:
+    """Keep the records of ``path`` with ``step <= step`` (rewritten atomically); a torn last line
+    (a crash mid-write) is dropped too."""
+    if not os.path.isfile(path):
+        return
+    kept = []
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and record.get("step", 0) <= step:
+                kept.append(json.dumps(record) + "\n")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)
+
+
+def _open_backend(backend: str, log_path: str, project: str, experiment: str,
+                  resume_step: int | None = None):
     key = "runner.logger.logger_backends"
     try:
         if backend == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
 
-            return backend, SummaryWriter(os.path.join(log_path, "tensorboard"))
+            purge = None if resume_step is None else resume_step + 1
+            return backend, SummaryWriter(os.path.join(log_path, "tensorboard"), purge_step=purge)
         if backend == "wandb":
             import wandb
 

@@ -99,7 +99,7 @@ def test_env_worker_dying_mid_rollout_fails_the_rollout_worker_at_once(ray_clust
 
     from rlinf.config.embodied import EmbodiedConfig
     from rlinf.runners.embodied_runner import launch_embodied_groups
-    from rlinf.scheduler import WorkerError
+    from rlinf.scheduler import PeerDiedError
 
     cfg = EmbodiedConfig.from_dict(toy_config(tmp_path, {"env": "0-1", "rollout": "2", "actor": "3"}, 4))
     plan = cfg.cluster.plan(ray_cluster.shape)
@@ -114,9 +114,32 @@ def test_env_worker_dying_mid_rollout_fails_the_rollout_worker_at_once(ray_clust
         time.sleep(1.0)
         ray.kill(groups.env.actors[1])
         start = time.monotonic()
-        with pytest.raises(WorkerError, match="env\\[1\\] closed the connection"):
+        with pytest.raises(PeerDiedError, match=r"env\[1\] on node \d+ is dead .*rollout\[0\] noticed "
+                                                r"it in run\(\): .*env\[1\] closed the connection"):
             serving.wait(timeout=60)
         assert time.monotonic() - start < 10
+    finally:
+        groups.shutdown()
+
+
+def test_a_killed_idle_rollout_worker_is_named_when_the_weight_sync_fails(ray_cluster, tmp_path):
+    """kill -9 of an idle rollout worker: the actor's send fails first, the error names the dead one."""
+    import os
+    import signal
+
+    from rlinf.config.embodied import EmbodiedConfig
+    from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+    from rlinf.scheduler import WorkerDiedError
+
+    cfg = EmbodiedConfig.from_dict(toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "2"}, 3))
+    groups = launch_embodied_groups(cfg, ray_cluster, cfg.cluster.plan(ray_cluster.shape))
+    try:
+        runner = EmbodiedRunner(cfg, groups)  # one weight sync works
+        (_, pid), = groups.rollout._execute("_rlinf_ping", _control=True).wait(timeout=30)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(WorkerDiedError, match=r"rollout\[0\] on node \d+ (is dead|died)") as err:
+            runner.sync_weights()
+        assert err.value.worker == "rollout[0]"
     finally:
         groups.shutdown()
 

@@ -81,11 +81,13 @@ def test_resume_gives_the_same_next_step_metrics(ray_cluster, tmp_path):
     exported = AutoModelForCausalLM.from_pretrained(str(run_a / "huggingface"))
     assert exported.num_parameters() > 0
 
-    resumed_cfg = with_dirs(cfg, tmp_path / "b")
+    # resume in the same run folder, as after a crash: step 3 is rolled back and logged once
+    resumed_cfg = with_dirs(cfg, tmp_path / "a")
     resumed_cfg["runner"]["resume_dir"] = str(run_a / "checkpoints" / "global_step_2")
     assert run_math(resumed_cfg, print_fn=lambda *_: None)["steps"] == 3
-    resumed = {int(m["step"]): m for m in read_metrics(str(tmp_path / "b" / "t" / "metrics.jsonl"))}
-    assert sorted(resumed) == [3]  # only the step that ran after the resume
+    records = read_metrics(str(run_a / "metrics.jsonl"))
+    assert [int(m["step"]) for m in records] == [0, 1, 2, 3]
+    resumed = {int(m["step"]): m for m in records}
     assert sum(key in full[3] for key in COMPARED) == len(COMPARED)
     for key in COMPARED:
         if key in full[3]:
@@ -133,6 +135,21 @@ def test_dynamic_sampling_with_a_separate_inference_group(ray_cluster, tmp_path)
         runner.close()
     finally:
         groups.shutdown()
+
+
+def test_a_damaged_trainer_state_is_a_config_error(tmp_path):
+    from rlinf.runners.checkpoint import resume_point
+
+    step_dir = tmp_path / "global_step_4"
+    step_dir.mkdir()
+    (step_dir / "trainer_state.json").write_text('{"step": 4, "rollo')
+    with pytest.raises(ConfigError, match="runner.resume_dir.*trainer_state.json is not valid JSON"):
+        resume_point(str(tmp_path))
+    (step_dir / "trainer_state.json").write_text('{"rollouts": 4}')
+    with pytest.raises(ConfigError, match="runner.resume_dir.*no step count"):
+        resume_point(str(tmp_path))
+    (step_dir / "trainer_state.json").write_text('{"step": 4}')
+    assert resume_point(str(tmp_path)) == (str(step_dir), 4)
 
 
 def test_resume_dir_without_a_checkpoint_is_a_config_error(tmp_path):

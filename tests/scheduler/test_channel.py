@@ -184,6 +184,7 @@ def test_dead_producer_loses_only_its_tensors_and_says_so(ray_cluster):
     assert channel.get(key="k", timeout=10) == "from the driver"
     channel.put("still works", key="k")
     assert channel.get(key="k", timeout=10) == "still works"
+    group.shutdown()  # a dead group left registered would be blamed for later failures
 
 
 def test_cancelled_async_get_loses_nothing(ray_cluster):

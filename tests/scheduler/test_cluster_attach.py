@@ -1,29 +1,43 @@
-"""Which Ray cluster Cluster() attaches to: a live recorded one, never a dead record."""
+"""Which Ray cluster Cluster() uses: a named one (argument, RAY_ADDRESS) or a private local one."""
 
 from __future__ import annotations
 
+import os
 import socket
-
-import ray._private.utils
+from pathlib import Path
 
 import pytest
 
-from rlinf.scheduler.cluster import _live_local_cluster, _rank_nodes
+from rlinf.scheduler.cluster import _rank_nodes, ray_target
 from rlinf.scheduler.errors import ClusterError
 
 
-def test_dead_recorded_cluster_is_ignored_and_live_one_is_used(monkeypatch):
+def test_a_run_joins_only_a_named_cluster(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert ray_target(None) == ("local", "default")  # never whatever runs on the machine
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert ray_target(None) == ("10.0.0.5:6379", "RAY_ADDRESS")
+    assert ray_target("10.0.0.7:6379") == ("10.0.0.7:6379", "the address argument")
+    monkeypatch.setenv("RAY_ADDRESS", "  ")
+    assert ray_target(None) == ("local", "default")
+
+
+def test_a_recorded_ray_start_cluster_is_not_joined():
+    """Even with a live cluster recorded by `ray start` on this machine, the default starts a
+    private one (checked in a fresh interpreter: this one already runs the test cluster)."""
+    import subprocess
+    import sys
+
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         live = f"127.0.0.1:{listener.getsockname()[1]}"
-        monkeypatch.setattr(ray._private.utils, "read_ray_address", lambda: live)
-        assert _live_local_cluster() == live
-    # the listener is closed now: the record outlived its cluster
-    monkeypatch.setattr(ray._private.utils, "read_ray_address", lambda: live)
-    assert _live_local_cluster() is None
-    monkeypatch.setattr(ray._private.utils, "read_ray_address", lambda: None)
-    assert _live_local_cluster() is None
+        code = ("import ray._private.utils as u; u.read_ray_address = lambda *a, **k: %r\n"
+                "from rlinf.scheduler.cluster import ray_target; print(ray_target(None))" % live)
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                             timeout=120, cwd=str(Path(__file__).resolve().parents[2]))
+    assert out.stdout.strip() == "('local', 'default')", out.stderr
 
 
 def _node(node_id, ip, gpus=0, head=False, rank=None):

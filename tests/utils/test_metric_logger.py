@@ -22,12 +22,35 @@ def test_jsonl_and_tensorboard_events_read_back(tmp_path):
     assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(0, 0.0), (1, 0.5), (2, 1.0)]
 
 
-def test_append_keeps_earlier_lines(tmp_path):
+def test_resume_logs_every_step_once_in_jsonl_and_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = MetricLogger(str(tmp_path), "p", "e", ["tensorboard"])
+    for step in range(13):  # checkpoint at 10, crash after 12
+        log.log({"x": float(step)}, step=step)
+    log.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 13, "x"')  # torn by the crash
+    log = MetricLogger(str(tmp_path), "p", "e", ["tensorboard"], resume_step=10)
+    for step in range(11, 15):
+        log.log({"x": 100.0 + step}, step=step)
+    log.close()
+    records = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert [r["step"] for r in records] == list(range(15))
+    assert records[10]["x"] == 10.0 and records[11]["x"] == 111.0
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = events.Scalars("x")
+    assert [e.step for e in scalars] == list(range(15))
+    assert scalars[11].value == 111.0
+
+
+def test_a_fresh_run_starts_the_file_afresh(tmp_path):
     for start in (0, 2):
-        log = MetricLogger(str(tmp_path), "p", "e", [], append=start > 0)
+        log = MetricLogger(str(tmp_path), "p", "e", [])
         log.log({"x": float(start)}, step=start)
         log.close()
-    assert [r["step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [0, 2]
+    assert [r["step"] for r in read_metrics(str(tmp_path / "metrics.jsonl"))] == [2]
 
 
 @pytest.mark.parametrize("backend", ["wandb", "swanlab"])
