@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -209,6 +210,12 @@ class OptimConfig:
         for name in ("adam_beta1", "adam_beta2"):
             value = getattr(self, name)
             check(0 <= value < 1, f"{path}.{name}", f"must be in [0, 1), got {value}")
+        check(self.adam_eps > 0, f"{path}.adam_eps", f"must be > 0, got {self.adam_eps}")
+        check(self.weight_decay >= 0, f"{path}.weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(0 <= self.min_lr <= self.lr, f"{path}.min_lr",
+              f"must be in [0, lr={self.lr}], got {self.min_lr}")
+        check(self.value_lr is None or self.value_lr > 0, f"{path}.value_lr",
+              f"must be > 0 or null, got {self.value_lr}")
 
 
 @dataclass(frozen=True)
@@ -239,6 +246,12 @@ class LrSchedConfig:
     def validate(self, path: str) -> None:
         check(0 <= self.lr_warmup_fraction < 1, f"{path}.lr_warmup_fraction",
               f"must be in [0, 1), got {self.lr_warmup_fraction}")
+        check(self.lr_warmup_iters >= 0, f"{path}.lr_warmup_iters", f"must be >= 0, got {self.lr_warmup_iters}")
+        check(self.lr_warmup_init >= 0, f"{path}.lr_warmup_init", f"must be >= 0, got {self.lr_warmup_init}")
+        check(self.max_lr is None or self.max_lr > 0, f"{path}.max_lr", f"must be > 0 or null, got {self.max_lr}")
+        check(self.min_lr is None or self.min_lr >= 0, f"{path}.min_lr", f"must be >= 0 or null, got {self.min_lr}")
+        check(self.lr_decay_iters is None or self.lr_decay_iters >= 1, f"{path}.lr_decay_iters",
+              f"must be >= 1 or null, got {self.lr_decay_iters}")
 
 
 @dataclass(frozen=True)
@@ -304,6 +317,10 @@ class GradScalerConfig:
     init_scale: float = 65536.0
     growth_interval: int = 2000
 
+    def validate(self, path: str) -> None:
+        check(self.init_scale > 0, f"{path}.init_scale", f"must be > 0, got {self.init_scale}")
+        check(self.growth_interval >= 1, f"{path}.growth_interval", f"must be >= 1, got {self.growth_interval}")
+
 
 @dataclass(frozen=True)
 class FsdpConfig:
@@ -351,6 +368,14 @@ class FsdpConfig:
     def validate(self, path: str) -> None:
         check(self.strategy.lower() in ("fsdp", "fsdp2"), f"{path}.strategy",
               f"expected fsdp or fsdp2, got {self.strategy!r}")
+        check(self.fsdp_size == -1 or self.fsdp_size >= 1, f"{path}.fsdp_size",
+              f"must be -1 (all ranks) or >= 1, got {self.fsdp_size}")
+
+    def check_world(self, world_size: int, path: str = "actor.fsdp_config") -> None:
+        """``fsdp_size`` must be -1 or divide the actor's ``world_size`` processes."""
+        check(self.fsdp_size in (-1, world_size) or world_size % self.fsdp_size == 0, f"{path}.fsdp_size",
+              f"{self.fsdp_size} does not divide the actor's {world_size} processes (its placement); "
+              "use -1 or a divisor")
 
 
 @dataclass(frozen=True)
@@ -473,6 +498,17 @@ class ActorConfig:
         m = self.model
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
             check(getattr(m, name) >= 1, f"{path}.model.{name}", f"must be >= 1, got {getattr(m, name)}")
+        check(m.lora_rank >= 1, f"{path}.model.lora_rank", f"must be >= 1, got {m.lora_rank}")
+        for key in ("action_dim", "num_action_chunks", "num_images_in_input", "hidden_size", "vocab_size"):
+            value = getattr(m, key)
+            check(value is None or value >= 1, f"{path}.model.{key}", f"must be >= 1 or null, got {value}")
+        for key in ("policy_hidden_sizes", "critic_hidden_sizes", "image_size"):
+            for i, width in enumerate(getattr(m, key) or ()):
+                check(width >= 1, f"{path}.model.{key}[{i}]", f"must be >= 1, got {width}")
+        check(math.isfinite(m.init_log_std), f"{path}.model.init_log_std", f"must be finite, got {m.init_log_std}")
+        for key in ("micro_batch_size", "global_batch_size"):
+            value = getattr(self, key, None)
+            check(value is None or value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")
         if self.training_backend == "megatron":
             check_megatron(self, path)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -33,6 +34,8 @@ class SamplingParams:
         check(self.temperature > 0 or not self.do_sample, f"{path}.temperature",
               f"must be > 0 when do_sample is true, got {self.temperature}")
         check(0 < self.top_p <= 1, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
+        check(self.repetition_penalty > 0, f"{path}.repetition_penalty",
+              f"must be > 0 (1 = off; it divides logits), got {self.repetition_penalty}")
         check(self.max_new_tokens >= 1, f"{path}.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         check(0 <= self.min_new_tokens <= self.max_new_tokens, f"{path}.min_new_tokens",
               f"must be in [0, max_new_tokens={self.max_new_tokens}], got {self.min_new_tokens}")
@@ -172,6 +175,19 @@ class AlgorithmConfig:
         check(self.value_loss_coef >= 0, f"{path}.value_loss_coef", f"must be >= 0, got {self.value_loss_coef}")
         check(self.target_kl is None or self.target_kl > 0, f"{path}.target_kl",
               f"must be > 0 or null, got {self.target_kl}")
+        check(self.rollout_batch_size_per_gpu is None or self.rollout_batch_size_per_gpu >= 1,
+              f"{path}.rollout_batch_size_per_gpu", f"must be >= 1 or null, got {self.rollout_batch_size_per_gpu}")
+        check(self.clip_ratio_high is None or self.clip_ratio_high > 0, f"{path}.clip_ratio_high",
+              f"must be > 0 or null, got {self.clip_ratio_high}")
+        check(self.behav_imp_weight_cap is None or self.behav_imp_weight_cap > 1,
+              f"{path}.behav_imp_weight_cap", f"must be > 1 or null, got {self.behav_imp_weight_cap}")
+        check(self.overlong_buffer_len >= 0, f"{path}.overlong_buffer_len",
+              f"must be >= 0 (0 = off), got {self.overlong_buffer_len}")
+        check(self.overlong_penalty_factor >= 0, f"{path}.overlong_penalty_factor",
+              f"must be >= 0, got {self.overlong_penalty_factor}")
+        check(self.max_dynamic_sampling_rounds >= 0, f"{path}.max_dynamic_sampling_rounds",
+              f"must be >= 0, got {self.max_dynamic_sampling_rounds}")
+        check(math.isfinite(self.entropy_bonus), f"{path}.entropy_bonus", f"must be finite, got {self.entropy_bonus}")
         check(self.max_head_offpolicyness >= 0, f"{path}.max_head_offpolicyness",
               f"must be >= 0, got {self.max_head_offpolicyness}")
         check(self.max_head_offpolicyness == 0 or self.loss_type == "decoupled_ppo",

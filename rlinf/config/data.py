@@ -44,6 +44,9 @@ class DataConfig:
         check(bool(self.train_data_paths), f"{path}.train_data_paths", "give at least one JSONL file")
         check(self.rollout_batch_size >= 1, f"{path}.rollout_batch_size",
               f"must be >= 1, got {self.rollout_batch_size}")
+        check(self.val_rollout_batch_size is None or self.val_rollout_batch_size >= 1,
+              f"{path}.val_rollout_batch_size", f"must be >= 1 or null (= rollout_batch_size), "
+              f"got {self.val_rollout_batch_size}")
         check(self.max_prompt_length >= 1, f"{path}.max_prompt_length",
               f"must be >= 1, got {self.max_prompt_length}")
         check(self.num_workers >= 0, f"{path}.num_workers", f"must be >= 0, got {self.num_workers}")

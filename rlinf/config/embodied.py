@@ -29,7 +29,7 @@ from rlinf.config.rollout import RolloutConfig
 from rlinf.config.runner import RunnerConfig
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import PlacementPlan
-from rlinf.utils.typed_config import check, parse_section
+from rlinf.utils.typed_config import ConfigError, check, parse_section
 
 #: Components an embodied run places; all three are required.
 EMBODIED_COMPONENTS = ("env", "rollout", "actor")
@@ -62,6 +62,11 @@ class EmbodiedConfig:
         """Parse a resolved config tree (all checks run, including those against the placement
         when ``cluster.accelerators_per_node`` is given)."""
         raw = {k: v for k, v in raw.items() if k not in ("hydra", "defaults")}
+        actor = raw.get("actor")
+        if isinstance(actor, Mapping) and actor.get("training_backend") == "megatron":
+            # before the actor section's own Megatron rules, which would name a secondary key
+            raise ConfigError("actor.training_backend", "embodied policies train with FSDP2 (fsdp); the "
+                                                        "Megatron backend serves LLM runs")
         return parse_section(cls, raw, "")
 
     @classmethod
@@ -125,6 +130,8 @@ class EmbodiedConfig:
         env_ws, roll_ws = plan.component("env").world_size, plan.component("rollout").world_size
         actor_ws = plan.component("actor").world_size
         stages = self.rollout.pipeline_stage_num
+        self.rollout.check_mode(plan.mode("rollout", "actor").value)
+        self.actor.fsdp_config.check_world(actor_ws)
         check(env_ws % roll_ws == 0, "cluster.component_placement.rollout",
               f"each rollout process serves whole env processes: {env_ws} env processes are not "
               f"divisible by {roll_ws} rollout processes")

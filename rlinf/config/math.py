@@ -82,6 +82,11 @@ class MathConfig:
         """The HF checkpoint the run starts from (actor.model.model_path, else rollout's)."""
         return self.actor.model.model_path or self.rollout.model.model_path
 
+    @property
+    def tokenizer_path(self) -> str | None:
+        """The tokenizer folder: ``actor.tokenizer.tokenizer_model``, else :attr:`model_path`."""
+        return self.actor.tokenizer.tokenizer_model or self.model_path
+
     def validate(self, path: str) -> None:
         placed = list(self.cluster.component_placement)
         names = [n.strip() for key in placed for n in str(key).split(",")]
@@ -95,8 +100,11 @@ class MathConfig:
         check(prompt + new <= self.runner.seq_length, "algorithm.sampling_params.max_new_tokens",
               f"data.max_prompt_length ({prompt}) + max_new_tokens ({new}) exceeds "
               f"runner.seq_length ({self.runner.seq_length})")
-        check(self.algorithm.adv_type != "gae" or self.critic.use_critic_model,
-              "critic.use_critic_model", "adv_type gae needs a value model: set it to true")
+        check(self.runner.task_type == "math", "runner.task_type", "must be math for this entry point")
+        check(self.algorithm.adv_type != "gae", "algorithm.adv_type",
+              "gae needs a value model, and math runs have no critic yet; use grpo or reinpp")
+        check(not self.critic.use_critic_model, "critic.use_critic_model",
+              "math runs have no critic yet; set false (grpo / reinpp need none)")
         check(self.model_path is not None, "actor.model.model_path",
               "missing: set actor.model.model_path (or rollout.model.model_path) to an HF folder")
         if self.cluster.accelerators_per_node is not None:
@@ -105,6 +113,9 @@ class MathConfig:
     def check_against_plan(self, plan: PlacementPlan) -> None:
         """Batch-size rules that depend on how many processes each group has."""
         actor_dp = plan.component("actor").world_size
+        self.rollout.check_mode(plan.mode("actor", "rollout").value)
+        if self.actor.training_backend == "fsdp":
+            self.actor.fsdp_config.check_world(actor_dp)
         samples = self.data.rollout_batch_size * self.algorithm.group_size
         check(samples % actor_dp == 0, "data.rollout_batch_size",
               f"rollout_batch_size * algorithm.group_size = {samples} is not divisible by the "

@@ -56,6 +56,11 @@ class CriticConfig:
     lr: float | None = None
     value_clip: float | None = 0.2
 
+    def validate(self, path: str) -> None:
+        check(self.lr is None or self.lr > 0, f"{path}.lr", f"must be > 0 or null, got {self.lr}")
+        check(self.value_clip is None or self.value_clip > 0, f"{path}.value_clip",
+              f"must be > 0 or null (null = unclipped), got {self.value_clip}")
+
 
 @dataclass(frozen=True)
 class InferenceConfig:

@@ -111,6 +111,14 @@ class RolloutConfig:
         """The generation engine to build (``rollout_backend`` if set, else ``backend``)."""
         return self.rollout_backend or self.backend
 
+    def check_mode(self, placed: str, path: str = "rollout.mode") -> None:
+        """``mode`` (when set) must name what the placement makes of rollout and actor
+        (``placed``: collocated, disaggregated or hybrid)."""
+        names = {"collocate": "collocated", "disaggregate": "disaggregated", "hybrid": "hybrid"}
+        check(self.mode is None or names[self.mode] == placed, path,
+              f"{self.mode!r} contradicts cluster.component_placement, which makes rollout and actor "
+              f"{placed}; the placement decides: remove rollout.mode or change the placement")
+
     def validate(self, path: str) -> None:
         check(self.rollout_backend is None or self.backend in ("huggingface", self.rollout_backend),
               f"{path}.rollout_backend", f"{self.rollout_backend!r} disagrees with "
@@ -118,6 +126,8 @@ class RolloutConfig:
         check(0 < self.gpu_memory_utilization <= 1, f"{path}.gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
         check(self.state_norm_clip > 0, f"{path}.state_norm_clip", f"must be > 0, got {self.state_norm_clip}")
-        for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_stage_num"):
+        check(self.kv_cache_space_gb > 0, f"{path}.kv_cache_space_gb", f"must be > 0, got {self.kv_cache_space_gb}")
+        for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_stage_num",
+                    "max_running_requests", "cuda_graph_max_bs", "torch_compile_max_bs"):
             value = getattr(self, key)
             check(value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")

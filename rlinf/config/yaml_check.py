@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 import yaml
 
-__all__ = ["ConfigFileError", "check_config_files", "config_name_from_argv"]
+__all__ = ["ConfigFileError", "check_config_files", "config_name_from_argv", "overrides_from_argv"]
 
 
 class ConfigFileError(ValueError):
@@ -123,3 +123,24 @@ def config_name_from_argv(argv: list[str], default: str) -> str:
             if arg.startswith(flag + "="):
                 return arg.split("=", 1)[1]
     return default
+
+
+#: Hydra flags that take a value (the value is not an override)
+_VALUE_FLAGS = ("--config-name", "-cn", "--config-path", "-cp", "--config-dir", "-cd", "--experimental-rerun")
+
+
+def overrides_from_argv(argv: list[str]) -> list[str]:
+    """The ``key=value`` overrides of a Hydra command line (flags and their values dropped).
+
+    >>> overrides_from_argv(["--config-name", "x", "a.b=1", "-m", "+c=2"])
+    ['a.b=1', '+c=2']
+    """
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUE_FLAGS:
+            skip = True
+        elif not arg.startswith("-"):
+            out.append(arg)
+    return out

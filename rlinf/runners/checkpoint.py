@@ -72,8 +72,9 @@ def resolve_resume_dir(path: str) -> str:
 
 def resume_point(path: str) -> tuple[str, int]:
     """``(global_step_<N> folder, its step)`` of ``runner.resume_dir``, checked from the file
-    system alone (before any worker starts): a missing folder, no complete checkpoint, or a
-    ``trainer_state.json`` that is not valid JSON or has no integer ``step`` raise
+    system alone (before any worker starts): a missing folder, no complete checkpoint, a
+    ``trainer_state.json`` that is not valid JSON or has no integer ``step``, or no ``actor/``
+    folder beside it raise
     :class:`ConfigError` naming ``runner.resume_dir``."""
     step_dir = resolve_resume_dir(path)
     state_file = os.path.join(step_dir, STATE_FILE)
@@ -86,4 +87,7 @@ def resume_point(path: str) -> tuple[str, int]:
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise ConfigError("runner.resume_dir", f"{state_file} has no step count (expected an integer "
                                                f"'step' >= 0, found {step!r})")
+    if not os.path.isdir(os.path.join(step_dir, "actor")):
+        raise ConfigError("runner.resume_dir", f"{step_dir!r} has {STATE_FILE} but no actor/ folder: the "
+                                               "checkpoint is damaged; resume from an earlier one")
     return step_dir, step

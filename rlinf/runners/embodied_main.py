@@ -11,30 +11,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlinf.config.embodied import EmbodiedConfig
-
 
 def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
     """Run the embodied RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict).
 
+    Everything checkable before Ray (simulator task and shapes against the policy included) is
+    checked first (:func:`~rlinf.runners.preflight.prepare_embodied`).
+
     Returns ``steps`` and, when evaluating, ``val/first_success_rate`` / ``val/last_success_rate``
     (or the eval metrics with ``runner.only_eval``).
     """
+    from rlinf.runners.preflight import prepare_embodied
+
+    start = prepare_embodied(raw)
+    cfg = start.cfg
+
     from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
-    from rlinf.runners import checkpoint as ckpt
     from rlinf.scheduler import Cluster
     from rlinf.utils.metric_logger import MetricLogger
 
-    cfg = EmbodiedConfig.from_dict(raw) if isinstance(raw, dict) else EmbodiedConfig.from_hydra(raw)
-    # a bad resume folder is refused before Ray starts; metrics after its step are rolled back
-    resume_step = ckpt.resume_point(cfg.runner.resume_dir)[1] if cfg.runner.resume_dir else None
     cluster = Cluster.from_config(cfg.cluster)
     print_fn(f"[rlinf] {cluster.origin}")
     plan = cfg.cluster.plan(cluster.shape)
     cfg.check_against_plan(plan)
     lg = cfg.runner.logger
     logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
-                          resume_step=resume_step)
+                          resume_step=start.resume_step)
     modes = ", ".join(f"{a}-{b} {plan.mode(a, b).value}" for a, b in
                       (("env", "rollout"), ("rollout", "actor"), ("env", "actor")))
     print_fn(f"[rlinf] embodied {cfg.algorithm.adv_type}: {cfg.env.train.env_type} "

@@ -16,16 +16,59 @@ def precheck_config_files(entry_file: str, default_name: str, argv: list[str] | 
     """Before Hydra starts: read the chosen config (``--config-name``, else ``default_name``) and
     the files its defaults pull in from the entry's ``config/`` folder and the shared
     ``config/``; a YAML slip (tab, unclosed bracket, duplicate key) exits with code 2 and one
-    ``config error: <file>:<line>:<col>: ...`` line."""
-    from rlinf.config.yaml_check import ConfigFileError, check_config_files, config_name_from_argv
+    ``config error: <file>:<line>:<col>: ...`` line. Then the config is composed with the
+    command line's overrides as Hydra will: a bad override (a typo'd key without ``+``, a missing
+    config group option, unparsable syntax) is one ``config error:`` line too."""
+    from rlinf.config.yaml_check import (ConfigFileError, check_config_files, config_name_from_argv,
+                                         overrides_from_argv)
 
-    name = config_name_from_argv(sys.argv[1:] if argv is None else argv, default_name)
+    argv = sys.argv[1:] if argv is None else argv
+    name = config_name_from_argv(argv, default_name)
     config_dir = os.path.join(os.path.dirname(os.path.abspath(entry_file)), "config")
     try:
         check_config_files(config_dir, name, [os.path.join(REPO_ROOT, "config")])
     except ConfigFileError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
+    problem = hydra_compose_problem(config_dir, name, overrides_from_argv(argv))
+    if problem:
+        print(f"config error: {problem}", file=sys.stderr)
+        sys.exit(2)
+
+
+def hydra_compose_problem(config_dir: str, name: str, overrides: list[str]) -> str | None:
+    """Compose config ``name`` with ``overrides`` as Hydra will; None when that works, else
+    Hydra's complaint in one line (a bad override, a missing config group or file, a key that
+    needs ``+`` to be added)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir, version_base="1.3"):
+            compose(name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        lines = [line.strip() for line in str(exc).splitlines()
+                 if line.strip() and not line.strip().startswith(("Set the environment variable HYDRA_FULL_ERROR",
+                                                                  "See https://hydra.cc"))]
+        text = " ".join(lines).split(" Config search path:")[0] or type(exc).__name__
+        bad = _unparsable_override(overrides)
+        return f"override {bad!r}: {text}" if bad else text
+    return None
+
+
+def _unparsable_override(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar refuses, if any."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except HydraException:
+            return override
+    return None
 
 
 def run_entry(run: Callable[[Any], dict[str, float]], cfg: Any, metric: str, label: str) -> dict[str, float]:

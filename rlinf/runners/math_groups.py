@@ -54,7 +54,7 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
                                        name="inference", args=(cfg.model_path, cfg.actor, cfg.algorithm))
     rollout_model = cfg.rollout.model.model_path or cfg.model_path
     rollout = WorkerGroup.launch(cluster, GenerationWorker, plan.component("rollout"), name="rollout",
-                                 args=(rollout_model, cfg.rollout))
+                                 args=(rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model))
     overlong = (cfg.algorithm.sampling_params.max_new_tokens, cfg.algorithm.overlong_buffer_len,
                 cfg.algorithm.overlong_penalty_factor)
     if "reward" in plan.components:

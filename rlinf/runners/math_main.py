@@ -13,7 +13,7 @@ from typing import Any
 
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
-from rlinf.data.tokenizer import load_tokenizer, prompt_encoder
+from rlinf.data.tokenizer import prompt_encoder
 from rlinf.utils.typed_config import ConfigError
 
 
@@ -26,7 +26,10 @@ def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoade
             has fewer usable prompts than ``data.rollout_batch_size``.
     """
     d = cfg.data
-    encode = prompt_encoder(tokenizer, d.apply_chat_template)
+    try:
+        encode = prompt_encoder(tokenizer, d.apply_chat_template)
+    except ValueError as exc:
+        raise ConfigError("data.apply_chat_template", str(exc).replace("data.apply_chat_template is ", "")) from None
     loaders = []
     for paths, key in ((d.train_data_paths, "data.train_data_paths"), (d.val_data_paths, "data.val_data_paths")):
         if not paths:
@@ -52,20 +55,21 @@ def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoade
 def run_math(raw: Any, print_fn=print) -> dict[str, float]:
     """Run the math RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict).
 
+    Everything checkable before Ray is checked first (:func:`~rlinf.runners.preflight.prepare_math`).
+
     Returns the runner's summary: ``steps`` and, when validating, ``val/first_accuracy`` and
     ``val/last_accuracy``.
     """
+    from rlinf.runners.preflight import prepare_math
+
+    start = prepare_math(raw)
+    cfg, tokenizer, train, val = start.cfg, start.tokenizer, start.train, start.val
+
     from rlinf.runners.math_groups import launch_math_groups
     from rlinf.runners.math_grpo import MathGRPORunner, total_training_steps
-    from rlinf.runners import checkpoint as ckpt
     from rlinf.scheduler import Cluster
     from rlinf.utils.metric_logger import MetricLogger
 
-    cfg = MathConfig.from_dict(raw) if isinstance(raw, dict) else MathConfig.from_hydra(raw)
-    tokenizer = load_tokenizer(cfg.model_path)
-    train, val = build_loaders(cfg, tokenizer)
-    # a bad resume folder is refused before Ray starts; metrics after its step are rolled back
-    resume_step = ckpt.resume_point(cfg.runner.resume_dir)[1] if cfg.runner.resume_dir else None
     cluster = Cluster.from_config(cfg.cluster)
     print_fn(f"[rlinf] {cluster.origin}")
     plan = cfg.cluster.plan(cluster.shape)
@@ -74,7 +78,7 @@ def run_math(raw: Any, print_fn=print) -> dict[str, float]:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     lg = cfg.runner.logger
     logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
-                          resume_step=resume_step)
+                          resume_step=start.resume_step)
     print_fn(f"[rlinf] {total} steps of {cfg.data.rollout_batch_size} prompts x "
              f"{cfg.algorithm.group_size}; placement: " +
              ", ".join(f"{c}={plan.mode(a, c).value}" for a, c in [("actor", "rollout")]) +

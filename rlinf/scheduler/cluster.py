@@ -159,6 +159,45 @@ class Cluster:
         return "\n".join(lines)
 
 
+def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -> None:
+    """What can be known about the cluster before Ray starts: a private local cluster (no
+    ``address``, no ``RAY_ADDRESS``) is this one machine, so ``cluster.num_nodes`` must be 1 and
+    a declared GPU count must exist here. A named cluster is checked when attached.
+
+    Raises:
+        ConfigError: naming ``cluster.num_nodes`` or ``cluster.accelerators_per_node``.
+
+    Example:
+        >>> cfg = ClusterConfig.from_dict({"num_nodes": 2, "component_placement": {"a": "all"}})
+        >>> check_cluster_before_start(cfg, address="local")
+        Traceback (most recent call last):
+        ...
+        rlinf.utils.typed_config.ConfigError: cluster.num_nodes: 2, but the run starts a private local Ray cluster of 1 node (this machine); to use several nodes start Ray on them (ray start) and set RAY_ADDRESS
+    """
+    from rlinf.utils.typed_config import ConfigError
+
+    target, _ = ray_target(address)
+    if target != "local":
+        return
+    if cfg.num_nodes != 1:
+        raise ConfigError("cluster.num_nodes", f"{cfg.num_nodes}, but the run starts a private local Ray "
+                          "cluster of 1 node (this machine); to use several nodes start Ray on them "
+                          "(ray start) and set RAY_ADDRESS")
+    gpus = _local_gpu_count()
+    if gpus and cfg.accelerators_per_node is not None and cfg.accelerators_per_node > gpus:
+        raise ConfigError("cluster.accelerators_per_node", f"{cfg.accelerators_per_node}, but this machine "
+                          f"has {gpus} GPU(s)")
+
+
+def _local_gpu_count() -> int:
+    """CUDA devices this process can see (0 without torch or CUDA)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def ray_target(address: str | None) -> tuple[str, str]:
     """``(address for ray.init, where it came from)``: the ``address`` argument, else
     ``RAY_ADDRESS``, else ``"local"`` (a private cluster). A cluster that happens to run on the

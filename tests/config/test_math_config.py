@@ -48,7 +48,7 @@ def with_change(path: str, value):
     ("algorithm.sampling_params.top_p", 0, "algorithm.sampling_params.top_p: must be in (0, 1]"),
     ("algorithm.sampling_params.max_new_tokens", 4000,
      "algorithm.sampling_params.max_new_tokens: data.max_prompt_length (1024) + max_new_tokens (4000) exceeds runner.seq_length (2048)"),
-    ("algorithm.adv_type", "gae", "critic.use_critic_model: adv_type gae needs a value model"),
+    ("algorithm.adv_type", "gae", "algorithm.adv_type: gae needs a value model, and math runs have no critic yet"),
     ("algorithm.n_minibatches", 3,
      "algorithm.n_minibatches: each actor rank gets 16 samples per step, not divisible into 3 minibatches"),
     ("data.rollout_batch_size", 3,

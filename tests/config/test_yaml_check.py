@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -53,6 +54,26 @@ def test_entry_precheck_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("config error: ") and "mine.yaml:3:1" in err[0]
     assert config_name_from_argv(["-cn=abc"], "d") == "abc" and config_name_from_argv([], "d") == "d"
+
+
+HYDRA_SLIPS = [
+    (["runner.plot_curvez=false"], r"Could not override 'runner.plot_curvez'\. To append to your config use \+"),
+    (["cluster=nope"], r"Could not find 'cluster/nope' Available options in 'cluster': .*tiny_collocated"),
+    (["data.rollout_batch_size=[1"], r"override 'data.rollout_batch_size=\[1': "),
+    (["--config-name", "grpo_tiny_cpux"], r"Cannot find primary config 'grpo_tiny_cpux'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", HYDRA_SLIPS, ids=[a[-1] for a, _ in HYDRA_SLIPS])
+def test_hydra_override_slips_are_one_line(argv, message, capsys):
+    entry = os.path.join(REPO_ROOT, "examples", "math", "main_grpo.py")
+    with pytest.raises(SystemExit) as exit_info:
+        precheck_config_files(entry, "grpo_tiny_cpu", argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("config error: "), err
+    assert re.search(message, err[0]), err[0]
+    precheck_config_files(entry, "grpo_tiny_cpu", ["runner.max_steps=3", "+runner.resume_dir=x"])  # fine
 
 
 def test_a_worker_failure_is_one_line_with_the_traceback_in_the_log_folder(tmp_path, capsys):

@@ -149,6 +149,9 @@ def test_a_damaged_trainer_state_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="runner.resume_dir.*no step count"):
         resume_point(str(tmp_path))
     (step_dir / "trainer_state.json").write_text('{"step": 4}')
+    with pytest.raises(ConfigError, match="runner.resume_dir.*no actor/ folder"):
+        resume_point(str(tmp_path))
+    (step_dir / "actor").mkdir()
     assert resume_point(str(tmp_path)) == (str(step_dir), 4)
 
 

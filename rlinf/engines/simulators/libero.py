@@ -91,6 +91,8 @@ class LiberoSingleEnv(SingleEnv):
     """
 
     ACTION_DIM = 7
+    #: end-effector position (3) + axis-angle orientation (3) + gripper joint positions (2)
+    STATE_DIM = 8
 
     def __init__(self, suite: str, task_ids: Sequence[int] | None = None, camera_size: tuple[int, int] = (128, 128),
                  camera_names: Sequence[str] = ("agentview", "robot0_eye_in_hand"), shadows: bool = False):

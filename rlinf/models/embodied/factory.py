@@ -97,6 +97,85 @@ def build_policy(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsS
     raise ConfigError(f"{PATH}.model_type", f"embodied policies are {', '.join(MODEL_TYPES)}; got {cfg.model_type!r}")
 
 
+def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsSpec,
+                      env_label: str = "the env") -> None:
+    """Every check :func:`build_policy` makes, without loading a VLA's weights: ``model_type``
+    known, ``action_dim`` equal to the env's, the observation kind the policy needs (state for
+    mlp, images for cnn / VLAs), a VLA folder's format, statistics (``unnorm_key``) and LoRA
+    adapter. mlp / cnn policies are small and simply built (and dropped).
+
+    Raises:
+        ConfigError: naming the ``actor.model`` key at fault.
+
+    Example:
+        >>> cfg = ActorModelConfig(model_type="mlp", action_dim=3, num_action_chunks=1)
+        >>> check_policy_fits(cfg, ObsSpec(state_dim=4, action_low=(-1.0,) * 2, action_high=(1.0,) * 2))
+        Traceback (most recent call last):
+        ...
+        rlinf.utils.typed_config.ConfigError: actor.model.action_dim: 3, but the env takes 2-dimensional actions
+    """
+    cfg = model_cfg if isinstance(model_cfg, ActorModelConfig) else parse_section(ActorModelConfig, model_cfg, PATH)
+    model_type = (cfg.model_type or "").lower()
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(f"{PATH}.model_type", f"embodied policies are {', '.join(MODEL_TYPES)}; got {cfg.model_type!r}")
+    vla = model_type in ("openvla", "openvla_oft")
+    action_dim = cfg.action_dim or (7 if vla else None)
+    if action_dim is None:
+        raise ConfigError(f"{PATH}.action_dim", f"required for model_type {model_type}")
+    env_dim = len(obs_spec.action_low) if obs_spec.action_low is not None else None
+    if env_dim is not None and env_dim != action_dim:
+        raise ConfigError(f"{PATH}.action_dim", f"{action_dim}, but {env_label} takes {env_dim}-dimensional actions")
+    if not vla:
+        build_policy(cfg, obs_spec)
+        return
+    _openvla_precheck(cfg, obs_spec, model_type)
+    _openvla_folder_check(cfg, action_dim)
+
+
+def _openvla_folder_check(cfg: ActorModelConfig, action_dim: int) -> None:
+    """The folder, its statistics for ``unnorm_key`` and the LoRA adapter, from metadata only."""
+    from rlinf.models.embodied.openvla.action_tokens import select_stats
+    from rlinf.models.embodied.openvla.checkpoint import CheckpointError, inspect_folder
+
+    try:
+        folder = inspect_folder(cfg.model_path)
+    except CheckpointError as err:
+        raise ConfigError(f"{PATH}.model_path", str(err)) from None
+    if folder.norm_stats:
+        try:
+            _, stats = select_stats(folder.norm_stats, cfg.unnorm_key)
+        except KeyError as err:
+            raise ConfigError(f"{PATH}.unnorm_key", str(err.args[0])) from None
+        q01 = stats.get("action", stats).get("q01")
+        if q01 is not None and len(q01) != action_dim:
+            raise ConfigError(f"{PATH}.action_dim", f"{action_dim} does not match the checkpoint's statistics "
+                              f"({len(q01)} values)")
+    if cfg.is_lora and cfg.lora_path is not None:
+        adapter = Path(cfg.lora_path) / "adapter_config.json"
+        if not adapter.is_file():
+            raise ConfigError(f"{PATH}.lora_path", f"{cfg.lora_path!r} has no adapter_config.json (a PEFT LoRA folder)")
+        rank = _adapter_rank(cfg.lora_path)
+        if rank is not None and rank != cfg.lora_rank:
+            raise ConfigError(f"{PATH}.lora_rank", f"{cfg.lora_rank} differs from the rank of the adapter in "
+                              f"lora_path ({rank}); set lora_rank: {rank}")
+
+
+def _openvla_precheck(cfg: ActorModelConfig, obs: ObsSpec, model_type: str) -> str:
+    """The VLA keys checkable against the env alone; returns the model folder."""
+    model_path = _require(cfg.model_path, "model_path", f"model_type {model_type} (an OpenVLA checkpoint folder)")
+    if cfg.num_images_in_input not in (1, 2):
+        raise ConfigError(f"{PATH}.num_images_in_input", f"must be 1 or 2, got {cfg.num_images_in_input}")
+    if cfg.num_images_in_input == 2 and not obs.has_wrist:
+        raise ConfigError(f"{PATH}.num_images_in_input", "2 needs a wrist camera (obs_spec.has_wrist)")
+    if obs.image_shape is None:
+        raise ConfigError(f"{PATH}.model_type", f"{model_type} needs camera images (obs_spec.image_shape)")
+    if cfg.use_proprio and obs.state_dim < 1:
+        raise ConfigError(f"{PATH}.use_proprio", "the env gives no state (obs_spec.state_dim = 0)")
+    if cfg.lora_path is not None and not cfg.is_lora:
+        raise ConfigError(f"{PATH}.lora_path", "set is_lora: true to load a LoRA adapter")
+    return model_path
+
+
 def _no_lora(cfg: ActorModelConfig, model_type: str) -> None:
     if cfg.is_lora:
         raise ConfigError(f"{PATH}.is_lora", f"LoRA applies to openvla_oft only, not {model_type}")
@@ -180,18 +259,8 @@ def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, mode
 
     from rlinf.models.embodied.openvla import CheckpointError, OpenVLAOptions, enable_lora, load_openvla
 
-    model_path = _require(cfg.model_path, "model_path", f"model_type {model_type} (an OpenVLA checkpoint folder)")
+    model_path = _openvla_precheck(cfg, obs, model_type)
     action_dim = cfg.action_dim or 7
-    if cfg.num_images_in_input not in (1, 2):
-        raise ConfigError(f"{PATH}.num_images_in_input", f"must be 1 or 2, got {cfg.num_images_in_input}")
-    if cfg.num_images_in_input == 2 and not obs.has_wrist:
-        raise ConfigError(f"{PATH}.num_images_in_input", "2 needs a wrist camera (obs_spec.has_wrist)")
-    if obs.image_shape is None:
-        raise ConfigError(f"{PATH}.model_type", f"{model_type} needs camera images (obs_spec.image_shape)")
-    if cfg.use_proprio and obs.state_dim < 1:
-        raise ConfigError(f"{PATH}.use_proprio", "the env gives no state (obs_spec.state_dim = 0)")
-    if cfg.lora_path is not None and not cfg.is_lora:
-        raise ConfigError(f"{PATH}.lora_path", "set is_lora: true to load a LoRA adapter")
     options = OpenVLAOptions(
         model_type=model_type, action_dim=action_dim, num_action_chunks=cfg.num_action_chunks or 1,
         unnorm_key=cfg.unnorm_key, value_type=_value_type(cfg), add_value_head=cfg.add_value_head,

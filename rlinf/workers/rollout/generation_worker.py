@@ -25,12 +25,13 @@ class GenerationWorker(Worker):
     """One rank of the rollout group.
 
     Args:
-        model_path: HF folder with the model and its tokenizer.
+        model_path: HF folder with the model (and its tokenizer unless ``tokenizer_path``).
         cfg: ``rollout:`` section (``backend`` picks the engine).
+        tokenizer_path: tokenizer folder (``actor.tokenizer.tokenizer_model``); None = model_path.
     """
 
-    def __init__(self, model_path: str, cfg: RolloutConfig):
-        self.tokenizer = load_tokenizer(model_path)
+    def __init__(self, model_path: str, cfg: RolloutConfig, tokenizer_path: str | None = None):
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.engine = make_rollout_engine(cfg.engine_backend, model_path, cfg)
