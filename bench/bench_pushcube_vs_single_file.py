@@ -101,6 +101,7 @@ def run_ours(args, log) -> dict:
            f"runner.experiment_name={name}", "runner.val_check_interval=10", "runner.save_interval=-1"]
     if args.quick:
         cmd += ["runner.max_epochs=1", "env.eval.total_num_envs=8"]
+    cmd += args.set
     env = dict(os.environ, RAY_ADDRESS="local", REPO_PATH=ROOT)
     metrics = os.path.join(out_dir, name, "metrics.jsonl")
     # stderr (progress bar, Ray logs) to a file: an unread pipe fills up and blocks the runner
@@ -186,6 +187,8 @@ def main() -> None:
     p.add_argument("--order", default="single,ours")
     p.add_argument("--only", choices=["ours", "single"], default=None)
     p.add_argument("--config", default="maniskill_ppo_mlp_cpu")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Hydra override for our runner (repeatable), e.g. ++algorithm.max_head_offpolicyness=1")
     p.add_argument("--json", default=None, help="write the eval curves here")
     p.add_argument("--plot", nargs="+", default=None, metavar="JSON", help="only draw the curves of "
                    "these --json files to --png and exit")

@@ -93,7 +93,10 @@ class AlgorithmConfig:
         overlong_buffer_len: DAPO overlong penalty buffer (tokens); 0 disables.
         overlong_penalty_factor: scale of the overlong penalty.
         max_head_offpolicyness: async mode: how many policy versions rollout may run ahead of
-            training; 0 = synchronous (on-policy).
+            training; 0 = synchronous (on-policy). Math runs: needs ``decoupled_ppo`` and a
+            disaggregated placement. Embodied runs: 0 or 1; 1 starts the next training rollout
+            before each update (simulation overlaps the update; each update learns from the
+            previous policy version's data, clipped against its recorded log-probs).
         behav_imp_weight_cap: decoupled PPO: cap on the behaviour importance weight; null = none.
         sampling_params: see :class:`SamplingParams`.
         kl_penalty: embodied: KL estimator between policy and reference (kl, abs, mse,
@@ -190,5 +193,3 @@ class AlgorithmConfig:
         check(math.isfinite(self.entropy_bonus), f"{path}.entropy_bonus", f"must be finite, got {self.entropy_bonus}")
         check(self.max_head_offpolicyness >= 0, f"{path}.max_head_offpolicyness",
               f"must be >= 0, got {self.max_head_offpolicyness}")
-        check(self.max_head_offpolicyness == 0 or self.loss_type == "decoupled_ppo",
-              f"{path}.loss_type", "async rollout (max_head_offpolicyness > 0) needs decoupled_ppo")

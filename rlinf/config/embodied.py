@@ -103,6 +103,17 @@ class EmbodiedConfig:
         check(algo.kl_beta == 0, "algorithm.kl_beta", "a KL term to a reference policy is not "
               "available for embodied runs yet; set 0")
         check(algo.loss_type == "ppo", "algorithm.loss_type", "embodied runs use ppo")
+        check(algo.max_head_offpolicyness in (0, 1), "algorithm.max_head_offpolicyness",
+              f"embodied runs take 0 (synchronous) or 1 (the next rollout overlaps the update), "
+              f"got {algo.max_head_offpolicyness}")
+        if algo.max_head_offpolicyness:
+            check(algo.rollout_epoch == 1, "algorithm.rollout_epoch",
+                  "must be 1 with max_head_offpolicyness 1 (one rollout runs ahead of each update)")
+            for key, on in (("env.enable_offload", self.env.enable_offload),
+                            ("actor.enable_offload", self.actor.enable_offload),
+                            ("rollout.enable_offload", self.rollout.enable_offload)):
+                check(not on, key, "must be false with algorithm.max_head_offpolicyness 1 (the rollout "
+                                   "runs during the update, so no group can give its memory away)")
         for key in ("model_type", "action_dim", "num_action_chunks"):
             check(getattr(model, key) is not None, f"actor.model.{key}", "missing")
         if algo.adv_type == "grpo":

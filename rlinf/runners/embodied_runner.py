@@ -7,6 +7,12 @@
     3. update       <- ``update_epochs`` x (samples / global_batch_size) optimizer steps  (actor)
     4. weight sync  <- actor rank 0 -> every rollout rank, in place
 
+With ``algorithm.max_head_offpolicyness: 1`` the rollout runs one policy version ahead: the next
+training rollout starts (with the weights just synced) before the update of the current batch,
+so simulation and the update overlap, and each update learns from data of the previous policy
+version (the PPO ratio is taken against the recorded behaviour log-probs). Evaluation and
+checkpoints first collect the rollout in flight and sync the newest weights.
+
 Evaluation (deterministic actions on the eval envs, videos when ``env.eval.video_cfg.save_video``)
 runs before the first step, every ``runner.val_check_interval`` steps and after the last.
 """
@@ -159,17 +165,31 @@ class EmbodiedRunner(ScheduledRunner):
         # env workers sharing a device with the actor release their simulators after each rollout
         self.offload_env = groups.env_actor_mode != Mode.DISAGGREGATED and cfg.env.enable_offload
         self._rollouts = 0
+        self.ahead = cfg.algorithm.max_head_offpolicyness  # 0 or 1 (EmbodiedConfig checks it)
+        self._in_flight = None  # a train rollout started ahead of the update (ahead == 1)
+        self._collected = None  # its result, collected early (evaluation, checkpoint)
+        self._synced = -1       # the actor step the rollout workers hold
         self.sync_weights()  # the rollout group starts from the actor's initial weights
 
     # ---- one training step ------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         parts, stats = [], EpisodeStats()
-        for _ in range(self.cfg.algorithm.rollout_epoch):                                     # 1
-            traj_parts, epoch_stats = self.rollout("train", seed=self.cfg.runner.seed + self._rollouts,
-                                                   record=True)
-            parts += traj_parts
-            stats = stats.merge(epoch_stats)
+        if self.ahead:                                                                        # 1
+            parts, stats, version = self._collect() if self._collected is None else self._collected
+            self._collected = None
+            staleness = self.step - version
+            self._sync_if_stale()
+            if self.step + 1 < self.total_steps:  # the next step's data, simulated during the update
+                self._in_flight = self._start_rollout("train", seed=self.cfg.runner.seed + self._rollouts,
+                                                      record=True)
+        else:
+            staleness = 0
+            for _ in range(self.cfg.algorithm.rollout_epoch):
+                traj_parts, epoch_stats = self.rollout("train", seed=self.cfg.runner.seed + self._rollouts,
+                                                       record=True)
+                parts += traj_parts
+                stats = stats.merge(epoch_stats)
         traj = Trajectory.concat_envs(parts)
         t_rollout = time.perf_counter() - t0
         advantages, returns = compute_advantages(traj, self.cfg)                              # 2
@@ -179,18 +199,24 @@ class EmbodiedRunner(ScheduledRunner):
         t_update = time.perf_counter() - t1
         self.step += 1
         t2 = time.perf_counter()
-        self.sync_weights()                                                                   # 4
+        if not self.ahead:
+            self.sync_weights()                                                               # 4
         steps = traj.num_steps * traj.num_envs * traj.raw_actions.shape[2]
         elapsed = time.perf_counter() - t0
         return {**stats.metrics("env"), **actor_metrics, "step": float(self.step),
                 "advantage/mean": float(advantages.mean()), "advantage/std": float(advantages.std()),
                 "reward/step_mean": float(traj.rewards.sum(-1).mean()),
-                "time/rollout": t_rollout, "time/update": t_update, "time/sync": time.perf_counter() - t2,
-                "time/step": elapsed, "throughput/env_steps_per_s": steps / max(t_rollout, 1e-9)}
+                "rollout/staleness": float(staleness), "time/rollout": t_rollout, "time/update": t_update,
+                "time/sync": time.perf_counter() - t2, "time/step": elapsed,
+                # ahead: the rollout ran during the last update, so the whole step is its cycle
+                "throughput/env_steps_per_s": steps / max(elapsed if self.ahead else t_rollout, 1e-9)}
 
     def rollout(self, split: str, seed: int, record: bool,
                 video_name: str | None = None) -> tuple[list[Trajectory], EpisodeStats]:
         """One pass of ``split``'s envs: env workers step, rollout workers act (pipelined)."""
+        return self._finish_rollout(self._start_rollout(split, seed, record, video_name))
+
+    def _start_rollout(self, split: str, seed: int, record: bool, video_name: str | None = None) -> tuple:
         env_cfg = self.cfg.env.train if split == "train" else self.cfg.env.eval
         steps = -(-(env_cfg.episode_steps or 50) // self.cfg.actor.model.num_action_chunks)
         tag = f"{split}{self._rollouts}"
@@ -199,6 +225,25 @@ class EmbodiedRunner(ScheduledRunner):
             self.groups.actor.offload().wait()
         env_call = self.groups.env.execute("run", split, tag, steps, seed, video_name)
         roll_call = self.groups.rollout.execute("run", tag, steps, seed, split == "eval", record)
+        return env_call, roll_call, self._synced
+
+    def _collect(self) -> tuple[list[Trajectory], EpisodeStats, int]:
+        """The train rollout in flight (started now if there is none): trajectories, episode
+        statistics and the actor step whose weights acted."""
+        handle, self._in_flight = self._in_flight, None
+        if handle is None:
+            handle = self._start_rollout("train", seed=self.cfg.runner.seed + self._rollouts, record=True)
+        return (*self._finish_rollout(handle), handle[2])
+
+    def _settle(self) -> None:
+        """Collect a rollout in flight (kept for the next step) and sync the newest weights, so
+        the rollout workers are idle and current (before evaluation and checkpoints)."""
+        if self._in_flight is not None:
+            self._collected = self._collect()
+        self._sync_if_stale()
+
+    def _finish_rollout(self, handle: tuple) -> tuple[list[Trajectory], EpisodeStats]:
+        env_call, roll_call, _ = handle
         trajs = roll_call.wait()
         if self.offload_rollout:
             self.groups.rollout.offload().wait()
@@ -217,14 +262,20 @@ class EmbodiedRunner(ScheduledRunner):
         shards = batch.split(actor.world_size)
         return actor.execute_each("update", [(s, num_minibatches) for s in shards]).wait()[0]
 
+    def _sync_if_stale(self) -> None:
+        if self._synced != self.step:  # else the rollout workers hold this step's weights already
+            self.sync_weights()
+
     def sync_weights(self) -> None:
         receiving = self.groups.rollout.execute("receive_weights", self.step)
         self.groups.actor.send_weights().wait()
         receiving.wait()
+        self._synced = self.step
 
     # ---- evaluation ---------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
         """Deterministic actions on the eval envs (the same initial states every time)."""
+        self._settle()
         video = self.cfg.env.eval.video_cfg.save_video
         _, stats = self.rollout("eval", seed=self.cfg.env.eval.seed, record=False,
                                 video_name=f"eval_step{self.step}" if video else None)
@@ -232,6 +283,7 @@ class EmbodiedRunner(ScheduledRunner):
 
     # ---- checkpoints and outputs --------------------------------------------------------------
     def save_checkpoint(self) -> str:
+        self._settle()
         step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)
         self.groups.actor.save_checkpoint(os.path.join(step_dir, "actor")).wait()
         self._save_state_norm(step_dir)
@@ -269,4 +321,10 @@ class EmbodiedRunner(ScheduledRunner):
                 torch.save(state, os.path.join(folder, STATE_NORM_FILE))
 
     def close(self) -> None:
-        """Nothing to release: the pipes close with the groups (``EmbodiedGroups.shutdown``)."""
+        """Collect a rollout still in flight (a run stopped early); the pipes close with the
+        groups (``EmbodiedGroups.shutdown``)."""
+        if self._in_flight is not None:
+            try:
+                self._collect()
+            except SchedulerError:
+                pass  # the run is failing anyway; shutdown reports nothing more

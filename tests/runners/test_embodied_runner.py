@@ -55,6 +55,29 @@ def test_ppo_with_gae_two_stages_hybrid_placement(ray_cluster, tmp_path):
     assert os.path.isdir(tmp_path / "out" / "t" / "policy")
 
 
+def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, tmp_path):
+    """max_head_offpolicyness 1: each update after the first learns from the previous policy
+    version's rollout; evaluations and checkpoints collect the rollout in flight first."""
+    from rlinf.runners.embodied_main import run_embodied
+
+    cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, max_steps=4,
+                     val_check_interval=2, save_interval=2)
+    cfg["algorithm"]["max_head_offpolicyness"] = 1
+    summary = run_embodied(cfg, print_fn=lambda *_: None)
+    assert summary["steps"] == 4
+    metrics = read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))
+    train = [m for m in metrics if "rollout/staleness" in m]
+    assert [m["rollout/staleness"] for m in train] == [0.0, 1.0, 1.0, 1.0]
+    assert all(m["env/episodes"] == 8 for m in train)  # every collected rollout is whole
+    assert [int(m["step"]) for m in metrics if "eval/success_rate" in m] == [0, 2, 4]
+    state = json.loads((tmp_path / "out" / "t" / "checkpoints" / "global_step_4" / "trainer_state.json").read_text())
+    assert state["rollouts"] == 4 + 3  # four train rollouts (none left over) and three evaluations
+    synchronous = toy_config(tmp_path / "sync", {"env": "0", "rollout": "1", "actor": "0-1"}, 2)
+    run_embodied(synchronous, print_fn=lambda *_: None)
+    assert {m.get("rollout/staleness") for m in read_metrics(str(tmp_path / "sync" / "out" / "t" / "metrics.jsonl"))
+            if "actor/grad_norm" in m} == {0.0}
+
+
 def test_grpo_with_action_chunks_and_fixed_reset_groups(ray_cluster, tmp_path):
     from rlinf.runners.embodied_main import run_embodied
 
