@@ -117,6 +117,11 @@ class AlgorithmConfig:
         normalize_minibatch_advantages: embodied PPO: whiten the advantages again inside every
             minibatch (mean 0, std 1; over each actor rank's part of it) before the loss, as
             CleanRL; the batch-level ``normalize_advantages`` happens first either way (our key).
+        auto_reset, ignore_terminations: embodied: the episode rules the reference's env files
+            inherit (``env.<split>.auto_reset: ${algorithm.auto_reset}``); when set, every env
+            split that does not set its own takes them (a split's own value wins, as the
+            reference's eval block overrides it); a value no split takes is refused. null = each
+            split's own value.
     """
 
     group_size: int = 1
@@ -158,6 +163,8 @@ class AlgorithmConfig:
     update_epochs: int = 1
     target_kl: float | None = None
     normalize_minibatch_advantages: bool = False
+    auto_reset: bool | None = None
+    ignore_terminations: bool | None = None
 
     def validate(self, path: str) -> None:
         for key in ("group_size", "n_minibatches", "training_batch_size_per_gpu",

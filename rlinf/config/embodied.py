@@ -62,6 +62,7 @@ class EmbodiedConfig:
         """Parse a resolved config tree (all checks run, including those against the placement
         when ``cluster.accelerators_per_node`` is given)."""
         raw = {k: v for k, v in raw.items() if k not in ("hydra", "defaults")}
+        raw = inherit_episode_rules(raw)
         actor = raw.get("actor")
         if isinstance(actor, Mapping) and actor.get("training_backend") == "megatron":
             # before the actor section's own Megatron rules, which would name a secondary key
@@ -163,3 +164,33 @@ class EmbodiedConfig:
         check(gbs % (mbs * actor_ws) == 0, "actor.micro_batch_size",
               f"a global batch of {gbs} does not split into micro-batches of {mbs} on each of "
               f"{actor_ws} actor processes")
+
+
+def inherit_episode_rules(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``algorithm.auto_reset`` / ``ignore_terminations``, when set, are the episode rules the env
+    splits inherit (the reference's env files write ``auto_reset: ${algorithm.auto_reset}``, and a
+    split may override it, as its eval block does): a split without its own value takes it. A
+    value that no split inherits (every split sets a different one) is refused: it would have no
+    effect.
+
+    >>> inherit_episode_rules({"algorithm": {"auto_reset": True}, "env": {"train": {}}})["env"]
+    {'train': {'auto_reset': True}}
+    """
+    algo = raw.get("algorithm")
+    env = raw.get("env")
+    if not isinstance(algo, Mapping) or not isinstance(env, Mapping):
+        return dict(raw)
+    env = dict(env)
+    for key in ("auto_reset", "ignore_terminations"):
+        value = algo.get(key)
+        if value is None:
+            continue
+        splits = [s for s in ("train", "eval") if isinstance(env.get(s), Mapping)]
+        for split in splits:
+            if env[split].get(key) is None:
+                env[split] = {**env[split], key: value}
+        if splits and all(env[s][key] != value for s in splits):
+            raise ConfigError(f"algorithm.{key}", f"{value}, but every env split sets its own "
+                              f"({', '.join(f'env.{s}.{key}: {env[s][key]}' for s in splits)}), so it "
+                              f"would have no effect; write {key}: ${{algorithm.{key}}} in a split or drop it")
+    return {**raw, "env": env}

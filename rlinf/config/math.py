@@ -101,6 +101,9 @@ class MathConfig:
               f"data.max_prompt_length ({prompt}) + max_new_tokens ({new}) exceeds "
               f"runner.seq_length ({self.runner.seq_length})")
         check(self.runner.task_type == "math", "runner.task_type", "must be math for this entry point")
+        for key in ("auto_reset", "ignore_terminations"):
+            check(getattr(self.algorithm, key) is None, f"algorithm.{key}",
+                  "is an embodied key (episode rules of the env splits); math runs have no envs")
         check(self.algorithm.max_head_offpolicyness == 0 or self.algorithm.loss_type == "decoupled_ppo",
               "algorithm.loss_type", "async rollout (max_head_offpolicyness > 0) needs decoupled_ppo")
         check(self.algorithm.adv_type != "gae", "algorithm.adv_type",

@@ -230,6 +230,8 @@ CASES = [
     _e(["++algorithm.max_head_offpolicyness=1", "algorithm.rollout_epoch=2"], "algorithm.rollout_epoch",
        "several rollout epochs running ahead"),
     _e(["++algorithm.max_head_offpolicyness=1"], "env.enable_offload", "overlap with offloaded envs", VLA),
+    _e(["++algorithm.auto_reset=true"], "algorithm.auto_reset", "episode rule no env split inherits", LIBERO),
+    _m(["++algorithm.ignore_terminations=true"], "algorithm.ignore_terminations", "an embodied key in a math run"),
     _e(["algorithm.reward_type=step_level"], "algorithm.reward_type", "unknown reward granularity"),
     _e(["rollout.pipeline_stage_num=0"], "rollout.pipeline_stage_num", "zero stages"),
     _e(["rollout.pipeline_stage_num=3"], "env.train.total_num_envs", "envs not splitting over three stages"),

@@ -114,3 +114,22 @@ def test_new_ppo_and_rollout_keys_are_checked():
     assert roll.normalize_states and roll.state_norm_clip == 10.0
     with pytest.raises(ConfigError, match="rollout.state_norm_clip"):
         parse_section(RolloutConfig, {"state_norm_clip": -1}, "rollout")
+
+
+def test_algorithm_episode_rules_are_inherited_by_env_splits_without_their_own():
+    from rlinf.config.embodied import EmbodiedConfig
+
+    env = {"env_type": "toy", "total_num_envs": 4}
+    raw = {"cluster": {"num_nodes": 1, "accelerators_per_node": 1, "component_placement": {"env,rollout,actor": "all"}},
+           "runner": {"task_type": "embodied"},
+           "algorithm": {"adv_type": "gae", "auto_reset": True, "ignore_terminations": True},
+           "env": {"train": dict(env), "eval": {**env, "auto_reset": False}},
+           "actor": {"model": {"model_type": "mlp", "action_dim": 2, "num_action_chunks": 1},
+                     "micro_batch_size": 4, "global_batch_size": 8},
+           "critic": {"use_critic_model": True}}
+    cfg = EmbodiedConfig.from_dict(raw)
+    assert cfg.env.train.auto_reset and cfg.env.train.ignore_terminations
+    assert not cfg.env.eval.auto_reset and cfg.env.eval.ignore_terminations  # eval keeps its own
+    raw["env"]["train"]["auto_reset"] = False
+    with pytest.raises(ConfigError, match=r"algorithm.auto_reset: True, but every env split sets its own"):
+        EmbodiedConfig.from_dict(raw)
