@@ -42,7 +42,9 @@ class VideoConfig:
     """``env.<train|eval>.video_cfg``: episode videos written by the env worker.
 
     Attributes:
-        save_video: write mp4 videos of episodes.
+        save_video: write mp4 videos of episodes: every evaluation (``eval``); the training
+            rollouts feeding the first and every ``runner.val_check_interval``-th update
+            (``train``; every 10th without evaluation).
         info_on_video: draw step, reward and success on each frame.
         video_base_dir: folder the videos go to (the reference sets
             ``${runner.logger.log_path}/video/train``).

@@ -14,7 +14,9 @@ version (the PPO ratio is taken against the recorded behaviour log-probs). Evalu
 checkpoints first collect the rollout in flight and sync the newest weights.
 
 Evaluation (deterministic actions on the eval envs, videos when ``env.eval.video_cfg.save_video``)
-runs before the first step, every ``runner.val_check_interval`` steps and after the last.
+runs before the first step, every ``runner.val_check_interval`` steps and after the last. With
+``env.train.video_cfg.save_video`` the training rollouts feeding the first and every
+``val_check_interval``-th update are recorded too (``train_step<N>_rank<r>.mp4``).
 """
 
 from __future__ import annotations
@@ -182,12 +184,13 @@ class EmbodiedRunner(ScheduledRunner):
             self._sync_if_stale()
             if self.step + 1 < self.total_steps:  # the next step's data, simulated during the update
                 self._in_flight = self._start_rollout("train", seed=self.cfg.runner.seed + self._rollouts,
-                                                      record=True)
+                                                      record=True, video_name=self._train_video(self.step + 2))
         else:
             staleness = 0
-            for _ in range(self.cfg.algorithm.rollout_epoch):
+            for epoch in range(self.cfg.algorithm.rollout_epoch):
+                video = self._train_video(self.step + 1) if epoch == 0 else None
                 traj_parts, epoch_stats = self.rollout("train", seed=self.cfg.runner.seed + self._rollouts,
-                                                       record=True)
+                                                       record=True, video_name=video)
                 parts += traj_parts
                 stats = stats.merge(epoch_stats)
         traj = Trajectory.concat_envs(parts)
@@ -232,8 +235,18 @@ class EmbodiedRunner(ScheduledRunner):
         statistics and the actor step whose weights acted."""
         handle, self._in_flight = self._in_flight, None
         if handle is None:
-            handle = self._start_rollout("train", seed=self.cfg.runner.seed + self._rollouts, record=True)
+            handle = self._start_rollout("train", seed=self.cfg.runner.seed + self._rollouts, record=True,
+                                         video_name=self._train_video(self.step + 1))
         return (*self._finish_rollout(handle), handle[2])
+
+    def _train_video(self, update: int) -> str | None:
+        """``env.train.video_cfg.save_video``: the name of the video of the training rollout that
+        feeds update number ``update`` — the first one and every ``runner.val_check_interval``-th
+        (every 10th when evaluation is off) — else None."""
+        if not self.cfg.env.train.video_cfg.save_video:
+            return None
+        every = self.cfg.runner.val_check_interval if self.cfg.runner.val_check_interval > 0 else 10
+        return f"train_step{update}" if update == 1 or update % every == 0 else None
 
     def _settle(self) -> None:
         """Collect a rollout in flight (kept for the next step) and sync the newest weights, so

@@ -52,6 +52,7 @@ def test_ppo_with_gae_two_stages_hybrid_placement(ray_cluster, tmp_path):
     assert metrics[1]["env/episodes"] == 8  # 8 envs x one 8-step episode each
     videos = os.listdir(tmp_path / "video")
     assert "eval_step0_rank0.mp4" in videos and "eval_step2_rank0.mp4" in videos
+    assert "train_step1_rank0.mp4" in videos and "train_step2_rank0.mp4" in videos  # env.train.video_cfg
     assert os.path.isdir(tmp_path / "out" / "t" / "policy")
 
 
@@ -61,7 +62,7 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
     from rlinf.runners.embodied_main import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, max_steps=4,
-                     val_check_interval=2, save_interval=2)
+                     val_check_interval=2, save_interval=2, video=True)
     cfg["algorithm"]["max_head_offpolicyness"] = 1
     summary = run_embodied(cfg, print_fn=lambda *_: None)
     assert summary["steps"] == 4
@@ -72,6 +73,8 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
     assert [int(m["step"]) for m in metrics if "eval/success_rate" in m] == [0, 2, 4]
     state = json.loads((tmp_path / "out" / "t" / "checkpoints" / "global_step_4" / "trainer_state.json").read_text())
     assert state["rollouts"] == 4 + 3  # four train rollouts (none left over) and three evaluations
+    train_videos = sorted(v for v in os.listdir(tmp_path / "video") if v.startswith("train"))
+    assert train_videos == ["train_step1_rank0.mp4", "train_step2_rank0.mp4", "train_step4_rank0.mp4"]
     synchronous = toy_config(tmp_path / "sync", {"env": "0", "rollout": "1", "actor": "0-1"}, 2)
     run_embodied(synchronous, print_fn=lambda *_: None)
     assert {m.get("rollout/staleness") for m in read_metrics(str(tmp_path / "sync" / "out" / "t" / "metrics.jsonl"))
