@@ -91,17 +91,10 @@ def _maniskill(cfg: Any, key: str) -> ObsSpec:
 
 
 def _build_and_reset(p: Any, key: str) -> ObsSpec:
-    from rlinf.engines.simulators.maniskill import ManiSkillSingleEnv
+    from rlinf.engines.simulators.maniskill import ManiSkillSingleEnv, single_env_kwargs
 
-    camera = None
-    if p.camera_heights is not None or p.camera_widths is not None:
-        camera = (p.camera_heights or p.camera_widths, p.camera_widths or p.camera_heights)
     try:
-        env = ManiSkillSingleEnv(p.id, obs_mode=p.obs_mode, control_mode=p.control_mode,
-                                 reward_mode=p.reward_mode, camera_size=camera, sim_config=p.sim_config,
-                                 sensor_configs=p.sensor_configs,
-                                 human_render_camera_configs=p.human_render_camera_configs,
-                                 instruction=p.instruction)
+        env = ManiSkillSingleEnv(p.id, **single_env_kwargs(p))
     except Exception as exc:  # noqa: BLE001 - ManiSkill raises plain exceptions for bad modes
         raise ConfigError(_maniskill_key(key, str(exc)), f"ManiSkill cannot build {p.id}: "
                                                          f"{_first_line(exc)}") from None

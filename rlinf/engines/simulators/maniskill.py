@@ -288,18 +288,24 @@ class ManiSkillGPUSim(BatchSim):
         return EnvObs(states=states, images=images, task_descriptions=_instructions(self._env, self._n, self._instruction))
 
 
+def single_env_kwargs(p: Any) -> dict[str, Any]:
+    """:class:`ManiSkillSingleEnv` keyword arguments (all but the task id) from
+    ``env.<split>.init_params``."""
+    camera_size = None
+    if p.camera_heights is not None or p.camera_widths is not None:
+        camera_size = (p.camera_heights or p.camera_widths, p.camera_widths or p.camera_heights)
+    return dict(obs_mode=p.obs_mode, control_mode=p.control_mode, reward_mode=p.reward_mode,
+                camera_size=camera_size, sim_config=p.sim_config, sensor_configs=p.sensor_configs,
+                human_render_camera_configs=p.human_render_camera_configs, instruction=p.instruction)
+
+
 def build_maniskill_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
     """The :class:`BatchSim` for ``cfg`` (``env_type: maniskill``): processes on CPU (or this
     process with ``sim_in_worker``), one GPU batch with CUDA (``init_params.sim_backend``)."""
     p = cfg.init_params
     assert p.id is not None, "validated by EnvConfig"
     check_maniskill_assets(p.id)  # fail before any process starts
-    camera_size = None
-    if p.camera_heights is not None or p.camera_widths is not None:
-        camera_size = (p.camera_heights or p.camera_widths, p.camera_widths or p.camera_heights)
-    kwargs = dict(obs_mode=p.obs_mode, control_mode=p.control_mode, reward_mode=p.reward_mode,
-                  camera_size=camera_size, sim_config=p.sim_config, sensor_configs=p.sensor_configs,
-                  human_render_camera_configs=p.human_render_camera_configs, instruction=p.instruction)
+    kwargs = single_env_kwargs(p)
     backend = p.sim_backend
     if backend == "auto":
         backend = "gpu" if torch.cuda.is_available() else "cpu"
