@@ -36,10 +36,10 @@ EMBODIED = ROOT / "examples" / "embodiment" / "main_embodied.py"
 
 #: name -> (entry, config, extra overrides, [(group, rank), ...] to kill)
 SCENARIOS = {
-    "math-collocated": (MATH, "grpo_tiny_cpu", [], [("rollout", 0), ("actor", 1), ("reward", 0)]),
-    "math-disaggregated": (MATH, "grpo_tiny_disaggregated", [], [("rollout", 0), ("actor", 0)]),
+    "math-collocated": (MATH, "grpo_tiny_cpu", [], [("RolloutGroup", 0), ("ActorGroup", 1), ("RewardGroup", 0)]),
+    "math-disaggregated": (MATH, "grpo_tiny_disaggregated", [], [("RolloutGroup", 0), ("ActorGroup", 0)]),
     "embodied-toy": (EMBODIED, "toy_ppo_mlp", ["runner.max_epochs=1000"],
-                     [("env", 0), ("rollout", 0), ("actor", 1)]),
+                     [("EnvGroup", 0), ("RolloutGroup", 0), ("ActorGroup", 1)]),
 }
 
 

@@ -236,3 +236,37 @@ def compute_reinpp_baseline_advantages(
         normalize_advantages=normalize_advantages,
         eps=eps,
     )
+
+
+@register_advantage("rloo")
+def compute_rloo_advantages(
+    rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_size: int,
+    normalize_advantages: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE leave-one-out (RLOO): each sample's baseline is the mean reward of the OTHER
+    samples of its group.
+
+    A_i = r_i - (1 / (k - 1)) * sum_{j in g(i), j != i} r_j  =  k / (k - 1) * (r_i - mean_g),
+    with k = ``group_size`` >= 2; with ``normalize_advantages`` the advantages are whitened over
+    the batch's valid tokens afterwards. Token advantage A_{i,t} = A_i * mask_{i,t}; returns
+    equal the advantages.
+
+    >>> adv, _ = compute_rloo_advantages(torch.tensor([1.0, 0.0, 0.0]), torch.ones(3, 1), group_size=3)
+    >>> adv.view(-1)  # 1 - (0 + 0) / 2, 0 - (1 + 0) / 2, 0 - (1 + 0) / 2
+    tensor([ 1.0000, -0.5000, -0.5000])
+    """
+    check_mask(response_mask)
+    check_sequence_tensor(rewards, response_mask.shape[0])
+    n_prompts = check_group_size(group_size, rewards.shape[0])
+    if group_size < 2:
+        raise ValueError(f"rloo needs group_size >= 2 (a baseline from the other samples), got {group_size}")
+    grouped = _float(rewards).view(n_prompts, group_size)
+    others = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+    scores = (grouped - others).view(-1, 1)
+    mask = float_mask(response_mask, scores)
+    adv = scores * mask
+    if normalize_advantages:
+        adv = masked_whiten(adv, mask) * mask
+    return adv, adv.clone()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.config.rollout import ChannelRef
-from rlinf.utils.typed_config import check, parse_section
+from rlinf.utils.typed_config import check, parse_section, rule
 
 Dtype = Literal["fp32", "fp16", "bf16", "float32", "float16", "bfloat16"]
 
@@ -28,12 +28,16 @@ class ActorModelConfig:
             when actor.megatron.use_hf_ckpt is true.
         megatron_checkpoint: Megatron: a converted checkpoint folder (the converter's layout, same
             tensor / pipeline sizes) to start from instead of converting model_path.
-        model_type: architecture tag (e.g. qwen2.5).
+        model_type: math runs: architecture tag as the reference writes it (qwen2.5, llama ...),
+            checked before start against the folder's ``config.json``; embodied runs: the policy
+            (mlp, cnn, openvla, openvla_oft).
         precision: dtype of the loaded (master) weights. Megatron: dtype of the model weights;
             bf16 / fp16 need the matching actor.optim.bf16 / fp16 (fp32 main weights in the
             optimizer).
         add_bias_linear: Megatron: biases in the linear layers (must match the HF architecture).
-        add_qkv_bias: Megatron: accepted; the HF architecture decides (Qwen2: true, Llama: false).
+        add_qkv_bias: Megatron: biases on the query / key / value projections; null = the HF
+            architecture's (Qwen2 true, Llama and Qwen3 false); when set it must match it (checked
+            when the engine reads the HF config).
         tensor_model_parallel_size: Megatron: tensor-parallel size (>= 1; divides the attention
             heads and the key-value heads).
         pipeline_model_parallel_size: Megatron: pipeline-parallel size (>= 1; at most the number
@@ -50,7 +54,8 @@ class ActorModelConfig:
             (uniform); >= 1 with full, null with selective.
         seq_length: Megatron: longest prompt + response a micro-batch may hold (the reference sets
             ``${runner.seq_length}``); null = no limit (rotary embeddings need none).
-        encoder_seq_length: Megatron: encoder length of encoder-decoder models; accepted, no effect.
+        encoder_seq_length: Megatron: encoder length of encoder-decoder models; the backend builds
+            decoder-only GPTs, so only null or seq_length (as the reference writes it) is accepted.
         normalization: Megatron: normalisation layer (must match the HF architecture).
         position_embedding_type: Megatron: position embeddings (must match the HF architecture).
         apply_rope_fusion: Megatron: fused RoPE kernel (needs Transformer Engine or apex).
@@ -72,13 +77,15 @@ class ActorModelConfig:
         use_proprio: embodied: feed proprioceptive state to the policy.
         unnorm_key: embodied: dataset statistics used to un-normalise actions.
         value_type: embodied: level of the value head's estimates (per action or per chunk).
-        val_micro_batch_size: embodied: micro-batch of validation forwards.
+        val_micro_batch_size: embodied: largest batch of one rollout-worker forward pass (envs
+            per policy call are split into chunks of this size); null = all at once.
         center_crop: embodied: centre-crop input images.
         do_sample: embodied: sample actions (else greedy).
         vocab_size: embodied: the policy's vocabulary size.
         hidden_size: embodied: the policy's hidden size (openvla_oft: checked against the model
             folder's LM width; cnn: width of the image / state features, null = 256).
-        policy_setup: embodied: robot / policy setup name.
+        policy_setup: embodied: SimplerEnv's robot setup (widowx_bridge, google_robot); the
+            simulators here define their robots themselves, so it is only recorded (noted at start).
         image_size: embodied: input image size.
         is_lora: embodied: train LoRA adapters instead of the full weights.
         lora_rank: embodied: LoRA rank.
@@ -86,7 +93,8 @@ class ActorModelConfig:
         num_images_in_input: embodied: images per observation.
         attn_implementation: HF ``attn_implementation`` (e.g. sdpa, flash_attention_2); null = the
             model's default.
-        low_cpu_mem_usage: HF ``low_cpu_mem_usage`` when loading.
+        low_cpu_mem_usage: HF ``low_cpu_mem_usage`` when loading an HF checkpoint (LLM actor,
+            reference and rollout models).
         trust_remote_code: allow custom modelling code from the model folder.
         policy_hidden_sizes: embodied mlp / cnn: widths of the actor's hidden layers; null = the
             policy's default (mlp: 256, 256, 256; cnn: 256).
@@ -100,58 +108,60 @@ class ActorModelConfig:
     """
 
     model_path: str | None = None
-    megatron_checkpoint: str | None = None
+    megatron_checkpoint: str | None = rule(None, scope="megatron")
     model_type: str | None = None
     precision: Dtype = "fp32"
-    add_bias_linear: bool = False
-    add_qkv_bias: bool = True
-    tensor_model_parallel_size: int = 1
-    pipeline_model_parallel_size: int = 1
-    activation: Literal["swiglu", "gelu", "squared_relu"] = "swiglu"
-    sequence_parallel: bool = False
-    recompute_method: Literal["uniform", "block"] | None = None
-    recompute_granularity: Literal["full", "selective"] | None = None
-    recompute_num_layers: int | None = None
-    seq_length: int | None = None
-    encoder_seq_length: int | None = None
-    normalization: Literal["rmsnorm", "RMSNorm", "layernorm", "LayerNorm"] = "rmsnorm"
-    position_embedding_type: Literal["rope", "learned_absolute", "none"] = "rope"
-    apply_rope_fusion: bool = False
-    bias_dropout_fusion: bool = False
-    persist_layer_norm: bool = False
-    bias_activation_fusion: bool = False
-    attention_softmax_in_fp32: bool = True
-    batch_p2p_comm: bool = False
-    variable_seq_lengths: bool = True
-    gradient_accumulation_fusion: bool = False
-    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = "alltoall"
-    use_cpu_initialization: bool = False
+    add_bias_linear: bool = rule(False, scope="megatron")
+    add_qkv_bias: bool | None = rule(None, scope="megatron")
+    tensor_model_parallel_size: int = rule(1, scope="megatron")
+    pipeline_model_parallel_size: int = rule(1, scope="megatron")
+    activation: Literal["swiglu", "gelu", "squared_relu"] = rule("swiglu", scope="megatron")
+    sequence_parallel: bool = rule(False, scope="megatron")
+    recompute_method: Literal["uniform", "block"] | None = rule(None, scope="megatron")
+    recompute_granularity: Literal["full", "selective"] | None = rule(None, scope="megatron")
+    recompute_num_layers: int | None = rule(None, scope="megatron")
+    seq_length: int | None = rule(None, scope="megatron")
+    encoder_seq_length: int | None = rule(None, scope="megatron")
+    normalization: Literal["rmsnorm", "RMSNorm", "layernorm", "LayerNorm"] = rule("rmsnorm", scope="megatron")
+    position_embedding_type: Literal["rope", "learned_absolute", "none"] = rule("rope", scope="megatron")
+    apply_rope_fusion: bool = rule(False, scope="megatron")
+    bias_dropout_fusion: bool = rule(False, scope="megatron")
+    persist_layer_norm: bool = rule(False, scope="megatron")
+    bias_activation_fusion: bool = rule(False, scope="megatron")
+    attention_softmax_in_fp32: bool = rule(True, scope="megatron")
+    batch_p2p_comm: bool = rule(False, scope="megatron")
+    variable_seq_lengths: bool = rule(True, scope="megatron")
+    gradient_accumulation_fusion: bool = rule(False, scope="megatron")
+    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = rule("alltoall", scope="megatron")
+    use_cpu_initialization: bool = rule(False, scope="megatron")
     gradient_checkpointing: bool = False
     # embodied policies
-    action_dim: int | None = None
-    num_action_chunks: int | None = None
-    use_proprio: bool = False
-    unnorm_key: str | None = None
-    value_type: str | None = None
-    val_micro_batch_size: int | None = None
-    center_crop: bool = False
-    do_sample: bool = False
-    vocab_size: int | None = None
-    hidden_size: int | None = None
-    policy_setup: str | None = None
-    image_size: tuple[int, ...] = ()
-    is_lora: bool = False
-    lora_rank: int = 32
-    lora_path: str | None = None
-    num_images_in_input: int = 1
+    action_dim: int | None = rule(None, scope="embodied")
+    num_action_chunks: int | None = rule(None, scope="embodied")
+    use_proprio: bool = rule(False, scope="embodied")
+    unnorm_key: str | None = rule(None, scope="embodied")
+    value_type: str | None = rule(None, scope="embodied")
+    val_micro_batch_size: int | None = rule(None, scope="embodied")
+    center_crop: bool = rule(False, scope="embodied")
+    do_sample: bool = rule(False, scope="embodied")
+    vocab_size: int | None = rule(None, scope="embodied")
+    hidden_size: int | None = rule(None, scope="embodied")
+    policy_setup: str | None = rule(None, scope="embodied", note=(
+        ("widowx_bridge", "google_robot"), "selects SimplerEnv's robot; ManiSkill and LIBERO define their own, "
+        "so it is only recorded"))
+    image_size: tuple[int, ...] = rule((), scope="embodied")
+    is_lora: bool = rule(False, scope="embodied")
+    lora_rank: int = rule(32, scope="embodied")
+    lora_path: str | None = rule(None, scope="embodied")
+    num_images_in_input: int = rule(1, scope="embodied")
     attn_implementation: str | None = None
     low_cpu_mem_usage: bool = True
     trust_remote_code: bool = False
-    policy_hidden_sizes: tuple[int, ...] | None = None
-    critic_hidden_sizes: tuple[int, ...] | None = None
-    init_log_std: float = 0.0
-    shared_critic_encoder: bool = True
-    add_value_head: bool = True
+    policy_hidden_sizes: tuple[int, ...] | None = rule(None, scope="embodied")
+    critic_hidden_sizes: tuple[int, ...] | None = rule(None, scope="embodied")
+    init_log_std: float = rule(0.0, scope="embodied")
+    shared_critic_encoder: bool = rule(True, scope="embodied")
+    add_value_head: bool = rule(True, scope="embodied")
 
 
 @dataclass(frozen=True)
@@ -159,8 +169,8 @@ class OptimConfig:
     """``actor.optim``.
 
     Attributes:
-        optimizer: adam or adamw (both engines run AdamW, i.e. decoupled weight decay, for
-            both).
+        optimizer: adam or adamw: both build AdamW (decoupled weight decay, the update
+            Megatron's adam runs); the engines read it when they build the optimizer.
         bf16, fp16: Megatron: bf16 / fp16 mixed-precision training with fp32 main weights in the
             optimizer (at most one may be true; must match actor.model.precision); fp16 adds
             dynamic loss scaling.
@@ -184,8 +194,8 @@ class OptimConfig:
     """
 
     optimizer: Literal["adam", "adamw"] = "adam"
-    bf16: bool = False
-    fp16: bool = False
+    bf16: bool = rule(False, scope="megatron")
+    fp16: bool = rule(False, scope="megatron")
     lr: float = 1e-6
     value_lr: float | None = None
     adam_beta1: float = 0.9
@@ -193,13 +203,13 @@ class OptimConfig:
     adam_eps: float = 1e-8
     min_lr: float = 0.0
     weight_decay: float = 0.0
-    use_distributed_optimizer: bool = False
-    overlap_grad_reduce: bool = False
-    overlap_param_gather: bool = False
-    optimizer_enable_pin: bool = False
-    overlap_param_gather_with_optimizer_step: bool = False
+    use_distributed_optimizer: bool = rule(False, scope="megatron")
+    overlap_grad_reduce: bool = rule(False, scope="megatron")
+    overlap_param_gather: bool = rule(False, scope="megatron")
+    optimizer_enable_pin: bool = rule(False, scope="megatron")
+    overlap_param_gather_with_optimizer_step: bool = rule(False, scope="megatron")
     clip_grad: float = 1.0
-    loss_scale_window: int = 1000
+    loss_scale_window: int = rule(1000, scope="megatron")
 
     def validate(self, path: str) -> None:
         check(self.lr > 0, f"{path}.lr", f"must be > 0, got {self.lr}")
@@ -260,19 +270,28 @@ class TokenizerConfig:
 
     Attributes:
         tokenizer_model: tokenizer folder; null = the model folder.
-        tokenizer_type: Megatron: tokenizer class.
-        extra_vocab_size: Megatron: extra vocabulary entries added to the embedding.
-        use_fast: load the fast (Rust) tokenizer.
+        tokenizer_type: tokenizer class family; only HuggingFaceTokenizer (the folder's HF
+            tokenizer) exists here.
+        extra_vocab_size: extra vocabulary entries added to the embedding; only 0: the
+            embedding size is the checkpoint's ``vocab_size`` (resize the checkpoint instead).
+        use_fast: load the fast (Rust) tokenizer; false loads the slow (Python) one, which the
+            folder must have.
         trust_remote_code: allow custom tokenizer code from the folder.
-        padding_side: side the tokenizer pads on.
+        padding_side: the tokenizer's padding side. Prompts are tokenised one at a time (no
+            padding), and batches are always laid out as left-padded prompts + right-padded
+            responses, so left only sets the tokenizer attribute (noted at start).
     """
 
     tokenizer_model: str | None = None
-    tokenizer_type: str = "HuggingFaceTokenizer"
-    extra_vocab_size: int = 0
+    tokenizer_type: str = rule("HuggingFaceTokenizer", only=("HuggingFaceTokenizer",),
+                               reason="only HF tokenizers (the folder's tokenizer files) are loaded")
+    extra_vocab_size: int = rule(0, only=(0,), reason="the embedding size is the checkpoint's vocab_size; "
+                                 "resize the checkpoint's embeddings instead")
     use_fast: bool = True
     trust_remote_code: bool = False
-    padding_side: Literal["left", "right"] = "right"
+    padding_side: Literal["left", "right"] = rule("right", note=(("left",), "prompts are tokenised one at a "
+                                                  "time and batches are always left-padded prompts + "
+                                                  "right-padded responses; only the tokenizer attribute changes"))
 
 
 @dataclass(frozen=True)
@@ -282,7 +301,8 @@ class MixedPrecisionConfig:
     Attributes:
         param_dtype: compute dtype of the gathered weights (FSDP2 ``MixedPrecisionPolicy``).
         reduce_dtype: dtype of the gradient reduction.
-        buffer_dtype: accepted, no effect (FSDP2 leaves buffers as they are).
+        buffer_dtype: dtype the model's floating-point buffers (e.g. rotary frequencies) are
+            cast to before sharding (FSDP2's policy has no buffer dtype, so the engine casts).
     """
 
     param_dtype: Dtype = "fp32"
@@ -308,14 +328,18 @@ class GradScalerConfig:
     """``actor.fsdp_config.grad_scaler``.
 
     Attributes:
-        enabled: fp16 dynamic loss scaling; the FSDP2 engine does not support it (use bf16).
-        init_scale: initial loss scale.
-        growth_interval: steps without overflow before the loss scale grows.
+        enabled: fp16 dynamic loss scaling; the FSDP2 engine does not support it (use bf16), so
+            only false is accepted.
+        init_scale: initial loss scale; only the default (there is no loss scaler to set).
+        growth_interval: steps without overflow before the loss scale grows; only the default.
     """
 
-    enabled: bool = False
-    init_scale: float = 65536.0
-    growth_interval: int = 2000
+    enabled: bool = rule(False, only=(False,), reason="fp16 loss scaling is not available with the FSDP2 "
+                         "engine; train in bf16 (mixed_precision.param_dtype: bf16)")
+    init_scale: float = rule(65536.0, only=(65536.0,), reason="there is no fp16 loss scaler "
+                             "(grad_scaler.enabled must be false) for it to set")
+    growth_interval: int = rule(2000, only=(2000,), reason="there is no fp16 loss scaler "
+                                "(grad_scaler.enabled must be false) for it to set")
 
     def validate(self, path: str) -> None:
         check(self.init_scale > 0, f"{path}.init_scale", f"must be > 0, got {self.init_scale}")
@@ -339,8 +363,17 @@ class FsdpConfig:
             shard_grad_op).
         enable_gradient_accumulation: true = reduce gradients once after the last micro-batch;
             false = after every micro-batch (less memory, more communication).
-        forward_prefetch, limit_all_gathers, use_orig_params: FSDP1 options; accepted, no effect.
-        backward_prefetch: FSDP1 option; accepted, no effect.
+        forward_prefetch: each layer's forward pass starts the all-gather of the next layer's
+            weights (FSDP2 ``set_modules_to_forward_prefetch``); more memory, more overlap.
+        limit_all_gathers: FSDP1's cap on in-flight all-gathers; FSDP2 always bounds them (it
+            waits on the previous all-gather before issuing the next), so true is what happens
+            anyway and false cannot be granted (noted at start).
+        use_orig_params: FSDP1's flat parameters vs the originals; FSDP2 always shards the
+            original parameters (DTensor per parameter), so false cannot be granted (noted).
+        backward_prefetch: pre: in the backward pass each layer starts the all-gather of the
+            layer before it while its own gradients are computed (FSDP2
+            ``set_modules_to_backward_prefetch``); post / null: FSDP2's default (the all-gather is
+            issued when the previous layer's backward starts).
         use_liger_kernel: patch the model with Liger's Triton kernels (GPU only).
         fsdp_size: shard group size: -1 or the world size = all ranks; a divisor d of the world
             size = shard within d consecutive ranks, replicate across groups (HSDP).
@@ -356,9 +389,11 @@ class FsdpConfig:
     reshard_after_forward: bool = True
     enable_gradient_accumulation: bool = True
     forward_prefetch: bool = False
-    limit_all_gathers: bool = False
+    limit_all_gathers: bool = rule(True, note=((False,), "FSDP2 always bounds in-flight all-gathers; "
+                                                "false (unbounded) cannot be granted"))
     backward_prefetch: Literal["pre", "post"] | None = None
-    use_orig_params: bool = True
+    use_orig_params: bool = rule(True, note=((False,), "FSDP2 always shards the original parameters "
+                                             "(no flat parameters); false cannot be granted"))
     use_liger_kernel: bool = False
     fsdp_size: int = -1
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
@@ -390,9 +425,10 @@ class MegatronCkptConfig:
         save_path: cache folder of converted checkpoints; each conversion lands in a sub-folder
             named by a content hash of the HF checkpoint and the parallel sizes, and is reused
             while both are unchanged. null = ``~/.cache/rlinf/megatron``.
-        use_gpu_num: accepted, no effect (conversion runs on the CPU of actor rank 0).
-        use_gpu_index: accepted, no effect.
-        process_num: accepted, no effect (the converter streams one layer at a time).
+        use_gpu_num: GPUs the conversion uses; only 0 (it runs on the CPU of actor rank 0).
+        use_gpu_index: GPU the conversion uses; only null (it runs on the CPU).
+        process_num: CPU threads the conversion's tensor work uses (torch threads of actor
+            rank 0 while it converts).
         tensor_model_parallel_size, pipeline_model_parallel_size: sizes of the converted
             checkpoint; null = actor.model's; when set they must equal actor.model's.
     """
@@ -400,8 +436,8 @@ class MegatronCkptConfig:
     model: str | None = None
     hf_model_path: str | None = None
     save_path: str | None = None
-    use_gpu_num: int = 0
-    use_gpu_index: int | None = None
+    use_gpu_num: int = rule(0, only=(0,), reason="the conversion runs on the CPU of actor rank 0")
+    use_gpu_index: int | None = rule(None, only=(None,), reason="the conversion runs on the CPU of actor rank 0")
     process_num: int = 1
     tensor_model_parallel_size: int | None = None
     pipeline_model_parallel_size: int | None = None
@@ -424,7 +460,9 @@ class MegatronConfig:
             resume needs the same tensor / pipeline / data-parallel sizes).
         use_dist_ckpt: distributed (resharding) checkpoints; not implemented, only false is
             accepted with training_backend megatron.
-        tp_comm_bootstrap_backend: backend that bootstraps tensor-parallel communication overlap.
+        tp_comm_bootstrap_backend: backend that bootstraps tensor-parallel communication overlap;
+            that overlap (tp_comm_overlap_cfg) is not run, so a value other than the default is
+            noted at start as having nothing to bootstrap.
         tp_comm_overlap_cfg: tensor-parallel communication overlap settings (Transformer Engine
             userbuffers); not used by this backend, only null is accepted with megatron.
         use_hf_ckpt: convert the HF checkpoint (model_path) to Megatron format on the first run
@@ -432,8 +470,8 @@ class MegatronConfig:
         ckpt: the conversion settings (unknown keys and bad values are rejected): model
             (metadata), hf_model_path (null = actor.model.model_path), save_path (cache folder,
             null = ~/.cache/rlinf/megatron), tensor_model_parallel_size /
-            pipeline_model_parallel_size (null or equal to actor.model's), use_gpu_num,
-            use_gpu_index, process_num (accepted, no effect).
+            pipeline_model_parallel_size (null or equal to actor.model's), use_gpu_num (0),
+            use_gpu_index (null), process_num (torch threads of the conversion).
     """
 
     ddp_bucket_size: int | None = None
@@ -441,7 +479,8 @@ class MegatronConfig:
     distributed_timeout_minutes: int = 30
     ckpt_format: Literal["torch"] = "torch"
     use_dist_ckpt: bool = False
-    tp_comm_bootstrap_backend: Literal["nccl", "mpi", "gloo"] = "nccl"
+    tp_comm_bootstrap_backend: Literal["nccl", "mpi", "gloo"] = rule("nccl", note=(
+        ("mpi", "gloo"), "tensor-parallel communication overlap is not run, so there is nothing to bootstrap"))
     tp_comm_overlap_cfg: str | None = None
     use_hf_ckpt: bool = False
     ckpt: dict[str, Any] = field(default_factory=dict)
@@ -463,36 +502,40 @@ class ActorConfig:
     """``actor``.
 
     Attributes:
-        group_name: worker group name.
+        group_name: worker group name (names the group in logs and error lines).
         training_backend: fsdp or megatron.
         seed: init / dropout seed.
         offload_optimizer, offload_weight, offload_grad: offload between phases when collocated.
         enable_offload: embodied spelling of "offload everything between phases".
         micro_batch_size, global_batch_size: embodied batch sizes.
-        mcore_gpt, spec_name, enable_dp_load_balance, calculate_flops: Megatron / bookkeeping keys.
+        mcore_gpt, spec_name, enable_dp_load_balance: Megatron keys (checked by the Megatron
+            backend: true, decoder_gpt, false).
+        calculate_flops: log the model FLOPs of each update (``actor/tflops``: 6 x parameters x
+            prompt + response tokens of the process's shard) and the throughput
+            ``actor/tflops_per_s`` over the update's wall time (per actor process; math runs).
         model, optim, lr_sched, tokenizer, fsdp_config, megatron, channel: sub-sections.
     """
 
     group_name: str = "ActorGroup"
     training_backend: Literal["fsdp", "megatron"] = "fsdp"
     seed: int = 1234
-    offload_optimizer: bool = False
-    offload_weight: bool = False
-    offload_grad: bool = False
-    enable_offload: bool = False
-    micro_batch_size: int | None = None
-    global_batch_size: int | None = None
-    mcore_gpt: bool = True
-    spec_name: str = "decoder_gpt"
-    enable_dp_load_balance: bool = False
+    offload_optimizer: bool = rule(False, scope="math")
+    offload_weight: bool = rule(False, scope="math")
+    offload_grad: bool = rule(False, scope="math")
+    enable_offload: bool = rule(False, scope="embodied")
+    micro_batch_size: int | None = rule(None, scope="embodied")
+    global_batch_size: int | None = rule(None, scope="embodied")
+    mcore_gpt: bool = rule(True, scope="megatron")
+    spec_name: str = rule("decoder_gpt", scope="megatron")
+    enable_dp_load_balance: bool = rule(False, scope="megatron")
     calculate_flops: bool = False
     model: ActorModelConfig = field(default_factory=ActorModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lr_sched: LrSchedConfig = field(default_factory=LrSchedConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    fsdp_config: FsdpConfig = field(default_factory=FsdpConfig)
-    megatron: MegatronConfig = field(default_factory=MegatronConfig)
-    channel: ChannelRef = field(default_factory=ChannelRef)
+    fsdp_config: FsdpConfig = rule(factory=FsdpConfig, scope="fsdp")
+    megatron: MegatronConfig = rule(factory=MegatronConfig, scope="megatron")
+    channel: ChannelRef = rule(factory=ChannelRef, scope="embodied")
 
     def validate(self, path: str) -> None:
         m = self.model
@@ -542,6 +585,9 @@ def check_megatron(cfg: ActorConfig, path: str) -> None:
               "must be null with recompute_granularity selective")
     check(m.seq_length is None or m.seq_length >= 1, f"{path}.model.seq_length",
           f"must be >= 1 or null, got {m.seq_length}")
+    check(m.encoder_seq_length in (None, m.seq_length), f"{path}.model.encoder_seq_length",
+          f"{m.encoder_seq_length}: the Megatron backend builds decoder-only GPTs (no encoder); leave it null "
+          f"or equal to actor.model.seq_length ({m.seq_length})")
     half = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}.get(m.precision)
     for flag in ("bf16", "fp16"):
         check(getattr(o, flag) == (half == flag), f"{path}.optim.{flag}",

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rlinf.utils.typed_config import check
+from rlinf.utils.typed_config import check, rule
 
 
 @dataclass(frozen=True)
@@ -20,15 +20,26 @@ class SamplingParams:
         max_new_tokens: response token budget (the reference derives it with
             ``${subtract:${runner.seq_length}, ${data.max_prompt_length}}``).
         min_new_tokens: minimum response tokens.
+        stop: stop strings: a response ends at the token that completes one (kept, as an EOS
+            token is); the HF engine cuts after generating, vLLM stops at it.
+        stop_token_ids: token ids that end a response besides the tokenizer's EOS.
+        frequency_penalty: subtracted from a token's logit once per time it already occurs in
+            the response (-2 to 2; negative encourages repetition).
+        min_p: sampling keeps tokens whose probability is at least min_p x the top token's
+            (0 = off).
     """
 
-    do_sample: bool = True
+    do_sample: bool = rule(True, scope="math")
     temperature: float = 1.0
-    top_k: int = 1000000
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    max_new_tokens: int = 1024
-    min_new_tokens: int = 1
+    top_k: int = rule(1000000, scope="math")
+    top_p: float = rule(1.0, scope="math")
+    repetition_penalty: float = rule(1.0, scope="math")
+    max_new_tokens: int = rule(1024, scope="math")
+    min_new_tokens: int = rule(1, scope="math")
+    stop: tuple[str, ...] = rule((), scope="math")
+    stop_token_ids: tuple[int, ...] = rule((), scope="math")
+    frequency_penalty: float = rule(0.0, scope="math")
+    min_p: float = rule(0.0, scope="math")
 
     def validate(self, path: str) -> None:
         check(self.temperature > 0 or not self.do_sample, f"{path}.temperature",
@@ -37,18 +48,27 @@ class SamplingParams:
         check(self.repetition_penalty > 0, f"{path}.repetition_penalty",
               f"must be > 0 (1 = off; it divides logits), got {self.repetition_penalty}")
         check(self.max_new_tokens >= 1, f"{path}.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        check(-2 <= self.frequency_penalty <= 2, f"{path}.frequency_penalty",
+              f"must be in [-2, 2], got {self.frequency_penalty}")
+        check(0 <= self.min_p < 1, f"{path}.min_p", f"must be in [0, 1), got {self.min_p}")
+        for i, s in enumerate(self.stop):
+            check(bool(s), f"{path}.stop[{i}]", "an empty stop string would end every response at once")
         check(0 <= self.min_new_tokens <= self.max_new_tokens, f"{path}.min_new_tokens",
               f"must be in [0, max_new_tokens={self.max_new_tokens}], got {self.min_new_tokens}")
 
 
 @dataclass(frozen=True)
 class LengthParams:
-    """``algorithm.length_params`` (embodied VLA token budgets).
+    """``algorithm.length_params`` (embodied VLA token budgets; mlp / cnn policies have no
+    tokens, so they take only the defaults).
 
     Attributes:
-        max_new_token: tokens a VLA policy generates per step; null = action_dim * num_action_chunks.
-        max_length: longest prompt + generated sequence.
-        min_length: shortest sequence.
+        max_new_token: tokens a VLA policy generates per step: it emits exactly one token per
+            action dimension per chunk, so null or action_dim x num_action_chunks.
+        max_length: longest prompt + generated sequence: runner.max_prompt_length (when set) +
+            the action tokens must fit.
+        min_length: shortest sequence; a VLA sequence is never shorter than its action tokens,
+            so it must not exceed them.
     """
 
     max_new_token: int | None = None
@@ -60,6 +80,29 @@ class LengthParams:
               f"must be >= 1 or null, got {self.max_new_token}")
         check(1 <= self.min_length <= self.max_length, f"{path}.min_length",
               f"must be in [1, max_length={self.max_length}], got {self.min_length}")
+
+
+@dataclass(frozen=True)
+class RewardNormConfig:
+    """``algorithm.reward_norm`` (AReaL's NormConfig): rewards are normalised before the
+    advantages, r' = (r - mu) / (sigma + eps); groups are ``algorithm.group_size`` samples.
+
+    Attributes:
+        mean_level: batch, group, or null (no centring).
+        mean_leave1out: mu of a sample excludes the sample itself.
+        std_level: batch, group, or null (no scaling).
+        std_unbiased: unbiased (n - 1) standard deviation.
+        eps: added to sigma.
+    """
+
+    mean_level: Literal["batch", "group"] | None = "batch"
+    mean_leave1out: bool = False
+    std_level: Literal["batch", "group"] | None = "batch"
+    std_unbiased: bool = True
+    eps: float = 1e-5
+
+    def validate(self, path: str) -> None:
+        check(self.eps >= 0, f"{path}.eps", f"must be >= 0, got {self.eps}")
 
 
 @dataclass(frozen=True)
@@ -75,7 +118,12 @@ class AlgorithmConfig:
         val_rollout_batch_size_per_gpu: validation generation micro-batch per process.
         loss_type: policy loss (ppo, or decoupled_ppo for off-policy batches).
         loss_agg_func: token-mean, seq-mean-token-sum or seq-mean-token-mean.
-        adv_type: grpo, gae (with a critic) or reinpp.
+        adv_type: grpo, gae (with a critic), reinpp, or rloo (leave-one-out baseline: each
+            sample's baseline is the mean reward of the other samples of its group).
+        reward_clip: math: rewards are clipped to [-reward_clip, reward_clip] before the
+            advantages (AReaL's key); null = off.
+        reward_norm: math: reward normalisation before the advantages (see
+            :class:`RewardNormConfig`); null = off.
         normalize_advantages: normalise advantages (per group for grpo, per batch otherwise).
         kl_beta: KL weight; > 0 needs reference log-probs.
         kl_penalty_type: kl (k1), abs, mse (k2) or low_var_kl (k3).
@@ -86,7 +134,11 @@ class AlgorithmConfig:
         entropy_bonus: entropy coefficient in the loss.
         calculate_entropy: compute entropy metrics even without a bonus.
         early_stop_imp_ratio: drop tokens whose importance ratio exceeds this; null disables.
-        use_valid_token_scale: scale the loss by the valid-token fraction.
+        use_valid_token_scale: how the micro-batch losses of one optimizer step add up: true
+            = each micro-batch weighs by its share of the minibatch's valid (response) tokens, so
+            the step minimises the token-mean loss of the whole minibatch however it is split
+            over ranks and micro-batches; false = every micro-batch weighs the same (the mean of
+            the micro-batch losses, as the reference's default).
         gamma, lam: discount and GAE lambda (gae / reinpp).
         dynamic_sampling: DAPO: drop groups whose rewards are all equal and refill the batch.
         max_dynamic_sampling_rounds: extra rollout rounds allowed to refill one batch.
@@ -99,8 +151,8 @@ class AlgorithmConfig:
             previous policy version's data, clipped against its recorded log-probs).
         behav_imp_weight_cap: decoupled PPO: cap on the behaviour importance weight; null = none.
         sampling_params: see :class:`SamplingParams`.
-        kl_penalty: embodied: KL estimator between policy and reference (kl, abs, mse,
-            low_var_kl).
+        kl_penalty: embodied: KL estimator between policy and reference; embodied runs have no
+            reference KL term yet, so only kl is accepted (math runs: kl_penalty_type).
         rollout_epoch: embodied: rollout passes (each over all train envs) per training step.
         reward_type: embodied: chunk_level (one reward and value per action chunk) or
             action_level (one per action).
@@ -125,46 +177,50 @@ class AlgorithmConfig:
     """
 
     group_size: int = 1
-    n_minibatches: int = 1
-    training_batch_size_per_gpu: int = 1
-    rollout_batch_size_per_gpu: int | None = None
-    logprob_forward_micro_batch_size: int = 1
-    val_rollout_batch_size_per_gpu: int = 4
+    n_minibatches: int = rule(1, scope="math")
+    training_batch_size_per_gpu: int = rule(1, scope="math")
+    rollout_batch_size_per_gpu: int | None = rule(None, scope="math")
+    logprob_forward_micro_batch_size: int = rule(1, scope="math")
+    val_rollout_batch_size_per_gpu: int = rule(4, scope="math")
     loss_type: Literal["ppo", "decoupled_ppo"] = "ppo"
     loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
-    adv_type: Literal["grpo", "gae", "reinpp"] = "grpo"
+    adv_type: Literal["grpo", "gae", "reinpp", "rloo"] = "grpo"
+    reward_clip: float | None = rule(None, scope="math")
+    reward_norm: RewardNormConfig | None = rule(None, scope="math")
     normalize_advantages: bool = True
     kl_beta: float = 0.0
-    kl_penalty_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "low_var_kl"
-    kl_in_reward: bool = False
+    kl_penalty_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = rule("low_var_kl", scope="math")
+    kl_in_reward: bool = rule(False, scope="math")
     ratio_clip_eps: float = 0.2
     clip_ratio_high: float | None = None
     clip_ratio_c: float | None = None
     entropy_bonus: float = 0.0
-    calculate_entropy: bool = False
-    early_stop_imp_ratio: float | None = None
-    use_valid_token_scale: bool = False
+    calculate_entropy: bool = rule(False, scope="math")
+    early_stop_imp_ratio: float | None = rule(None, scope="math")
+    use_valid_token_scale: bool = rule(True, scope="math")
     gamma: float = 1.0
     lam: float = 1.0
-    dynamic_sampling: bool = False
-    max_dynamic_sampling_rounds: int = 4
-    overlong_buffer_len: int = 0
-    overlong_penalty_factor: float = 1.0
+    dynamic_sampling: bool = rule(False, scope="math")
+    max_dynamic_sampling_rounds: int = rule(4, scope="math")
+    overlong_buffer_len: int = rule(0, scope="math")
+    overlong_penalty_factor: float = rule(1.0, scope="math")
     max_head_offpolicyness: int = 0
-    behav_imp_weight_cap: float | None = None
+    behav_imp_weight_cap: float | None = rule(None, scope="math")
     sampling_params: SamplingParams = field(default_factory=SamplingParams)
-    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = "kl"
-    rollout_epoch: int = 1
-    reward_type: Literal["chunk_level", "action_level"] = "chunk_level"
-    logprob_type: Literal["token_level", "action_level", "chunk_level"] = "token_level"
-    entropy_type: Literal["token_level", "action_level", "chunk_level"] = "token_level"
-    length_params: LengthParams = field(default_factory=LengthParams)
-    value_loss_coef: float = 0.5
-    update_epochs: int = 1
-    target_kl: float | None = None
-    normalize_minibatch_advantages: bool = False
-    auto_reset: bool | None = None
-    ignore_terminations: bool | None = None
+    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = rule(
+        "kl", scope="embodied", only=("kl", "k1"), reason="embodied runs have no KL term to a reference "
+        "policy (algorithm.kl_beta must be 0), so there is no estimator to choose; leave kl")
+    rollout_epoch: int = rule(1, scope="embodied")
+    reward_type: Literal["chunk_level", "action_level"] = rule("chunk_level", scope="embodied")
+    logprob_type: Literal["token_level", "action_level", "chunk_level"] = rule("token_level", scope="embodied")
+    entropy_type: Literal["token_level", "action_level", "chunk_level"] = rule("token_level", scope="embodied")
+    length_params: LengthParams = rule(factory=LengthParams, scope="embodied")
+    value_loss_coef: float = rule(0.5, scope="embodied")
+    update_epochs: int = rule(1, scope="embodied")
+    target_kl: float | None = rule(None, scope="embodied")
+    normalize_minibatch_advantages: bool = rule(False, scope="embodied")
+    auto_reset: bool | None = rule(None, scope="embodied")
+    ignore_terminations: bool | None = rule(None, scope="embodied")
 
     def validate(self, path: str) -> None:
         for key in ("group_size", "n_minibatches", "training_batch_size_per_gpu",
@@ -172,8 +228,10 @@ class AlgorithmConfig:
                     "rollout_epoch", "update_epochs"):
             value = getattr(self, key)
             check(value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")
-        check(self.adv_type != "grpo" or self.group_size > 1, f"{path}.group_size",
-              f"grpo needs group_size > 1 (a group baseline), got {self.group_size}")
+        check(self.adv_type not in ("grpo", "rloo") or self.group_size > 1, f"{path}.group_size",
+              f"{self.adv_type} needs group_size > 1 (a group baseline), got {self.group_size}")
+        check(self.reward_clip is None or self.reward_clip > 0, f"{path}.reward_clip",
+              f"must be > 0 or null, got {self.reward_clip}")
         check(self.kl_beta >= 0, f"{path}.kl_beta", f"must be >= 0, got {self.kl_beta}")
         check(self.ratio_clip_eps > 0, f"{path}.ratio_clip_eps", f"must be > 0, got {self.ratio_clip_eps}")
         check(self.clip_ratio_c is None or self.clip_ratio_c > 1, f"{path}.clip_ratio_c",

@@ -29,7 +29,7 @@ from rlinf.config.rollout import RolloutConfig
 from rlinf.config.runner import RunnerConfig
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import PlacementPlan
-from rlinf.utils.typed_config import ConfigError, check, parse_section
+from rlinf.utils.typed_config import BACKEND_SCOPES, ConfigError, check, check_scopes, collect_notes, parse_section
 
 #: Components an embodied run places; all three are required.
 EMBODIED_COMPONENTS = ("env", "rollout", "actor")
@@ -87,6 +87,14 @@ class EmbodiedConfig:
         steps = self.env.train.episode_steps or 50
         return -(-steps // (self.actor.model.num_action_chunks or 1))
 
+    #: the key scopes an embodied run reads (see :func:`~rlinf.utils.typed_config.rule`)
+    active_scopes = frozenset({"embodied", "fsdp"})
+
+    def notes(self) -> list[str]:
+        """Start-up lines for accepted keys that do nothing more here (Megatron keys, labels
+        of other simulators' settings, ...)."""
+        return check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES) + collect_notes(self)
+
     def validate(self, path: str) -> None:
         names = [n.strip() for key in self.cluster.component_placement for n in str(key).split(",")]
         for name in names:
@@ -96,11 +104,20 @@ class EmbodiedConfig:
             check(required in names, "cluster.component_placement",
                   f"missing component {required!r}; e.g. {{env,rollout,actor: all}}")
         check(self.runner.task_type == "embodied", "runner.task_type", "must be embodied for this entry point")
+        check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES)
+        for key, channel in (("env", self.env.channel), ("rollout", self.rollout.channel),
+                             ("actor", self.actor.channel)):
+            check(channel.queue_size == 0, f"{key}.channel.queue_size",
+                  f"{channel.queue_size}: embodied links are direct pipes holding one message per env "
+                  "worker in flight, so there is nothing to bound; leave 0")
+        self.check_token_budgets()
         algo, model = self.algorithm, self.actor.model
         check(algo.adv_type in ("gae", "grpo"), "algorithm.adv_type",
               f"embodied runs use gae (PPO with a value head) or grpo, got {algo.adv_type!r}")
         check(algo.adv_type != "gae" or self.critic.use_critic_model, "critic.use_critic_model",
               "adv_type gae needs a value head: set it to true")
+        check(algo.adv_type != "grpo" or not self.critic.use_critic_model, "critic.use_critic_model",
+              "grpo uses group baselines and trains no value head: set it to false")
         check(algo.kl_beta == 0, "algorithm.kl_beta", "a KL term to a reference policy is not "
               "available for embodied runs yet; set 0")
         check(algo.loss_type == "ppo", "algorithm.loss_type", "embodied runs use ppo")
@@ -136,6 +153,31 @@ class EmbodiedConfig:
               "embodied policies are served by the huggingface (plain torch) backend")
         if self.cluster.accelerators_per_node is not None:
             self.check_against_plan(self.cluster.plan())
+
+    def check_token_budgets(self) -> None:
+        """``algorithm.length_params`` and ``runner.max_prompt_length`` against the policy: VLAs
+        emit exactly ``action_dim x num_action_chunks`` tokens per step; mlp / cnn emit none."""
+        model, lp = self.actor.model, self.algorithm.length_params
+        vla = (model.model_type or "").lower() in ("openvla", "openvla_oft")
+        if not vla:
+            defaults = type(lp)()
+            for key in ("max_new_token", "max_length", "min_length"):
+                check(getattr(lp, key) == getattr(defaults, key), f"algorithm.length_params.{key}",
+                      f"{model.model_type} policies emit no tokens; only the VLAs (openvla, openvla_oft) "
+                      "read token budgets: remove it")
+            check(self.runner.max_prompt_length is None, "runner.max_prompt_length",
+                  f"{model.model_type} policies read no prompt; only the VLAs do: remove it")
+            return
+        tokens = (model.action_dim or 7) * (model.num_action_chunks or 1)
+        check(lp.max_new_token in (None, tokens), "algorithm.length_params.max_new_token",
+              f"{lp.max_new_token}, but the VLA emits exactly action_dim x num_action_chunks = {tokens} "
+              "tokens per step; set null or that")
+        check(lp.min_length <= tokens, "algorithm.length_params.min_length",
+              f"{lp.min_length} exceeds the {tokens} action tokens a VLA step always emits, so no "
+              "sequence could be that short or shorter; set <= that")
+        prompt = self.runner.max_prompt_length
+        check(prompt is None or prompt + tokens <= lp.max_length, "algorithm.length_params.max_length",
+              f"{lp.max_length} is less than runner.max_prompt_length ({prompt}) + {tokens} action tokens")
 
     def check_against_plan(self, plan: PlacementPlan) -> None:
         """Env counts and batch sizes that depend on each group's process count."""

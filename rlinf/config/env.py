@@ -227,10 +227,10 @@ class EnvSectionConfig:
     """``env``: the env worker group and its two simulator groups.
 
     Attributes:
-        group_name: worker group name.
-        channel: accepted as the reference writes it (``env_buffer_list`` / ``obs_buffer``) but
-            unused: env and rollout workers exchange observations and actions over direct
-            pipes, one per env worker (``rlinf.scheduler.pipe``), not through a channel.
+        group_name: worker group name (names the group in logs and error lines).
+        channel: labels the env -> rollout link (observations) in the start-up summary and in
+            errors; the link is a direct pipe per env worker (``rlinf.scheduler.pipe``), so
+            queue_size takes only 0.
         enable_offload: when env workers share a device with the actor, release the simulators
             after every rollout (GPU buffers / CPU simulator processes) and rebuild them for the
             next one; no state is lost (every rollout resets its environments).

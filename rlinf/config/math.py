@@ -26,10 +26,10 @@ from rlinf.config.rollout import RolloutConfig
 from rlinf.config.runner import RunnerConfig
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import PlacementPlan
-from rlinf.utils.typed_config import ConfigError, check, parse_section
+from rlinf.utils.typed_config import BACKEND_SCOPES, ConfigError, check, check_scopes, collect_notes, parse_section
 
 #: Components a math run can place; actor and rollout are required.
-MATH_COMPONENTS = ("actor", "rollout", "inference", "reward")
+MATH_COMPONENTS = ("actor", "rollout", "inference", "reward", "critic")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,16 @@ class MathConfig:
         """The tokenizer folder: ``actor.tokenizer.tokenizer_model``, else :attr:`model_path`."""
         return self.actor.tokenizer.tokenizer_model or self.model_path
 
+    @property
+    def active_scopes(self) -> set[str]:
+        """The key scopes this run reads (see :func:`~rlinf.utils.typed_config.rule`)."""
+        return {"math", self.actor.training_backend}
+
+    def notes(self) -> list[str]:
+        """Start-up lines for accepted keys that do nothing more here (the idle training
+        backend's section, FSDP1-only settings, ...)."""
+        return check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES) + collect_notes(self)
+
     def validate(self, path: str) -> None:
         placed = list(self.cluster.component_placement)
         names = [n.strip() for key in placed for n in str(key).split(",")]
@@ -101,15 +111,18 @@ class MathConfig:
               f"data.max_prompt_length ({prompt}) + max_new_tokens ({new}) exceeds "
               f"runner.seq_length ({self.runner.seq_length})")
         check(self.runner.task_type == "math", "runner.task_type", "must be math for this entry point")
-        for key in ("auto_reset", "ignore_terminations"):
-            check(getattr(self.algorithm, key) is None, f"algorithm.{key}",
-                  "is an embodied key (episode rules of the env splits); math runs have no envs")
+        check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES)
         check(self.algorithm.max_head_offpolicyness == 0 or self.algorithm.loss_type == "decoupled_ppo",
               "algorithm.loss_type", "async rollout (max_head_offpolicyness > 0) needs decoupled_ppo")
-        check(self.algorithm.adv_type != "gae", "algorithm.adv_type",
-              "gae needs a value model, and math runs have no critic yet; use grpo or reinpp")
-        check(not self.critic.use_critic_model, "critic.use_critic_model",
-              "math runs have no critic yet; set false (grpo / reinpp need none)")
+        gae = self.algorithm.adv_type == "gae"
+        check(not gae or self.critic.use_critic_model, "critic.use_critic_model",
+              "adv_type gae needs a value model: set it to true")
+        check(gae or not self.critic.use_critic_model, "critic.use_critic_model",
+              f"adv_type {self.algorithm.adv_type} uses no value model; set false (or adv_type: gae)")
+        check(not self.critic.use_critic_model or self.actor.training_backend == "fsdp",
+              "actor.training_backend", "the value model trains with FSDP2 only; use fsdp with a critic")
+        check("critic" not in names or self.critic.use_critic_model, "cluster.component_placement.critic",
+              "a critic is placed but critic.use_critic_model is false")
         check(self.model_path is not None, "actor.model.model_path",
               "missing: set actor.model.model_path (or rollout.model.model_path) to an HF folder")
         if self.cluster.accelerators_per_node is not None:

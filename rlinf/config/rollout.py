@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rlinf.utils.typed_config import check
+from rlinf.utils.typed_config import check, rule
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,9 @@ class ModelRef:
 
     Attributes:
         model_path: local HF model folder.
-        model_type: architecture tag (e.g. qwen2.5); informational for HF backends.
+        model_type: architecture tag as the reference writes it (qwen2.5, qwen2, llama, ...);
+            checked before start against the folder's ``config.json`` ``model_type`` (qwen2.5 and
+            qwen2 name the same architecture).
     """
 
     model_path: str | None = None
@@ -25,10 +27,19 @@ class ModelRef:
 class ChannelRef:
     """``<section>.channel``: the channel a component reads or writes (name, key, capacity).
 
+    Math runs stream rollout results to the driver through ``rollout.channel`` when actor and
+    rollout sit apart. Embodied runs move observations, actions and trajectories over direct
+    pipes instead (one per env worker), so there the three ``channel`` blocks (env, rollout,
+    actor) label those links in the start-up summary and in errors, and take no capacity.
+
     Attributes:
-        name: channel name; components that exchange data name the same channel.
-        queue_name: the queue (key) inside the channel this component uses.
-        queue_size: queue capacity in items; 0 = unbounded.
+        name: channel name (math: the streaming channel is ``<name>-<run id>``; embodied: the
+            label of the link).
+        queue_name: the queue inside the channel (math: each step's results go to
+            ``<queue_name>-<step>``; embodied: the label of the direction).
+        queue_size: capacity of each queue in items (math: rollout chunks waiting for the
+            driver; a full queue makes the rollout workers wait); 0 = unbounded. Embodied pipes
+            hold one message per env worker in flight, so only 0.
     """
 
     name: str = "rlinf_channel"
@@ -44,7 +55,7 @@ class RolloutConfig:
     """``rollout``.
 
     Attributes:
-        group_name: worker group name.
+        group_name: worker group name (names the group in logs and error lines).
         backend: huggingface (HF generate), vllm, or sglang (GPU only).
         rollout_backend: the same choice under the name some math configs use; when set it wins
             (``backend`` may then only be left at huggingface or name the same engine). Read
@@ -54,17 +65,28 @@ class RolloutConfig:
         gpu_memory_utilization: vLLM / SGLang GPU memory fraction.
         enforce_eager: disable CUDA graphs (vLLM).
         distributed_executor_backend: vLLM executor (mp, ray or uni).
-        disable_log_stats, detokenize, print_outputs: engine logging / debugging switches.
+        disable_log_stats: vLLM: no periodic engine statistics in the log.
+        detokenize: the rollout workers decode every response to text and return it with the
+            token ids (the reward then scores those texts instead of decoding again).
+        print_outputs: the rollout workers print each generation batch's first prompt and
+            response (text and token ids) to their log.
         padding, eos: token id overrides (null = the tokenizer's).
         attention_backend: engine attention kernels.
         tensor_parallel_size, pipeline_parallel_size: parallelism inside the engine.
-        validate_weight, validate_save_dir: send full weights once for comparison.
+        validate_weight: after the first weight sync, every rollout worker compares a checksum of
+            each received tensor with the actor's and stops the run naming the first tensor that
+            differs.
+        validate_save_dir: with validate_weight, rollout rank 0 also writes the weights it
+            received at the first sync to this folder (``rollout_weights.safetensors``).
         sglang_decode_log_interval, max_running_requests, cuda_graph_max_bs, use_torch_compile,
             torch_compile_max_bs: engine knobs as in the reference.
         kv_cache_space_gb: vLLM on CPU: KV cache GiB (VLLM_CPU_KVCACHE_SPACE).
-        enable_offload: offload weights / KV cache between phases when collocated.
-        mode: reference key kept for compatibility (collocate / disaggregate / hybrid); the placement
-            decides the real mode.
+        enable_offload: the rollout engine (math) or policy (embodied) leaves the device while a
+            collocated actor trains; null = yes for math runs (collocated placements), no for
+            embodied runs. Math with false keeps the engine resident (faster turns, needs the
+            memory of both). Has no effect when rollout and actor sit apart.
+        mode: collocate / disaggregate / hybrid, as the reference writes it; the placement decides
+            the mode, and a mode that contradicts it is refused.
         pipeline_stage_num: embodied: env/rollout pipeline stages.
         normalize_states: embodied: the rollout worker normalises state observations with
             running statistics (mean / variance of every train observation it has served, updated
@@ -79,7 +101,7 @@ class RolloutConfig:
     backend: Literal["huggingface", "vllm", "sglang"] = "huggingface"
     rollout_backend: Literal["huggingface", "vllm", "sglang"] | None = None
     model: ModelRef = field(default_factory=ModelRef)
-    recompute_logprobs: bool = True
+    recompute_logprobs: bool = rule(True, scope="math")
     gpu_memory_utilization: float = 0.55
     enforce_eager: bool = True
     distributed_executor_backend: Literal["mp", "ray", "uni"] = "mp"
@@ -99,11 +121,11 @@ class RolloutConfig:
     use_torch_compile: bool = False
     torch_compile_max_bs: int = 128
     kv_cache_space_gb: float = 1.0
-    enable_offload: bool = False
+    enable_offload: bool | None = None
     mode: Literal["collocate", "disaggregate", "hybrid"] | None = None
-    pipeline_stage_num: int = 1
-    normalize_states: bool = False
-    state_norm_clip: float = 10.0
+    pipeline_stage_num: int = rule(1, scope="embodied")
+    normalize_states: bool = rule(False, scope="embodied")
+    state_norm_clip: float = rule(10.0, scope="embodied")
     channel: ChannelRef = field(default_factory=ChannelRef)
 
     @property
@@ -120,6 +142,11 @@ class RolloutConfig:
               f"{placed}; the placement decides: remove rollout.mode or change the placement")
 
     def validate(self, path: str) -> None:
+        check(not self.validate_weight or self.engine_backend == "huggingface", f"{path}.validate_weight",
+              f"reads the engine's weights back by HF name, which only the huggingface engine offers "
+              f"(this run uses {self.engine_backend})")
+        check(self.validate_save_dir is None or self.validate_weight, f"{path}.validate_save_dir",
+              "is where validate_weight writes the first sync's weights; set validate_weight: true too")
         check(self.rollout_backend is None or self.backend in ("huggingface", self.rollout_backend),
               f"{path}.rollout_backend", f"{self.rollout_backend!r} disagrees with "
               f"{path}.backend={self.backend!r}; set one of them")

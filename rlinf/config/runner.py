@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rlinf.utils.typed_config import check
+from rlinf.utils.typed_config import check, rule
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,10 @@ class RunnerConfig:
         enable_dynamic_batch_size: pack micro-batches by token budget.
         max_tokens_per_mbs: token budget of one micro-batch when packing.
         only_eval: run validation only.
-        max_prompt_length: embodied runs: prompt tokens.
+        max_prompt_length: embodied VLA policies (openvla, openvla_oft): the longest instruction
+            prompt in tokens; a task whose prompt is longer stops the run with the key named;
+            with algorithm.length_params.max_length, prompt + action tokens must fit in it. Math
+            runs: use data.max_prompt_length.
         seed: global seed.
         export_hf: write the trained policy as an HF safetensors folder
             (``<output_dir>/<experiment_name>/huggingface``) at the end of training (our key).
@@ -65,7 +68,7 @@ class RunnerConfig:
     enable_dynamic_batch_size: bool = False
     max_tokens_per_mbs: int = 2048
     only_eval: bool = False
-    max_prompt_length: int | None = None
+    max_prompt_length: int | None = rule(None, scope="embodied")
     seed: int = 1234
     export_hf: bool = True
     plot_curves: bool = True

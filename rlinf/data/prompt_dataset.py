@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import json
 import random
+
+from rlinf.data.readers import prompt_text
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 
 @dataclass(frozen=True)
 class Prompt:
-    """One dataset row: its index, prompt token ids and gold answer."""
+    """One dataset row: its index, prompt token ids, gold answer and the prompt as written (for
+    reward models and judges, which read text)."""
 
     index: int
     token_ids: tuple[int, ...]
     answer: str
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,13 @@ class PromptDataset:
         max_prompt_length: longest prompt kept, in tokens.
     """
 
-    def __init__(self, rows: Sequence[dict], encode: Callable[[str], list[int]], max_prompt_length: int):
+    def __init__(self, rows: Sequence[dict], encode: Callable[[str], list[int]], max_prompt_length: int,
+                 num_workers: int = 0):
         self.prompts: list[Prompt] = []
         self.dropped = 0
+        encoded = encode_all([row["prompt"] for row in rows], encode, num_workers)
         for i, row in enumerate(rows):
-            ids = tuple(encode(row["prompt"]))
+            ids = tuple(encoded[i])
             if not all(isinstance(t, int) for t in ids):
                 raise TypeError(f"encode must return a list of token ids (ints); for row {i} it "
                                 f"returned {type(encode(row['prompt'])).__name__} of "
@@ -84,13 +90,40 @@ class PromptDataset:
             if len(ids) > max_prompt_length:
                 self.dropped += 1
                 continue
-            self.prompts.append(Prompt(i, ids, row["answer"]))
+            self.prompts.append(Prompt(i, ids, row["answer"], prompt_text(row["prompt"])))
         if not self.prompts:
             raise ValueError(f"no prompt fits data.max_prompt_length={max_prompt_length} "
                              f"({self.dropped} dropped)")
 
     def __len__(self) -> int:
         return len(self.prompts)
+
+
+_ENCODE: Callable[[str], list[int]] | None = None
+
+
+def _encode_one(text: str) -> list[int]:
+    return list(_ENCODE(text))  # type: ignore[misc]
+
+
+def encode_all(texts: Sequence[str], encode: Callable[[str], list[int]], num_workers: int = 0) -> list[list[int]]:
+    """``encode`` over ``texts``, in ``num_workers`` forked processes when > 0 (``data.num_workers``);
+    the order is kept.
+
+    >>> encode_all(["ab", "c"], lambda s: [ord(ch) for ch in s], num_workers=2)
+    [[97, 98], [99]]
+    """
+    if num_workers <= 0 or len(texts) < 2:
+        return [list(encode(t)) for t in texts]
+    import multiprocessing as mp
+
+    global _ENCODE
+    _ENCODE = encode  # inherited by the forked workers
+    try:
+        with mp.get_context("fork").Pool(num_workers) as pool:
+            return pool.map(_encode_one, texts, chunksize=max(1, len(texts) // (4 * num_workers)))
+    finally:
+        _ENCODE = None
 
 
 class PromptLoader:

@@ -54,6 +54,7 @@ class RolloutBatch:
         advantages, returns: ``[B, R]``.
         answers: gold answers, one per sample.
         texts: decoded responses (for the reward and for logging), one per sample.
+        prompt_texts: the prompts as written in the data (for reward models and judges).
         finish_reasons: "stop" or "length" per sample.
         policy_version: actor version whose weights generated the batch.
     """
@@ -74,6 +75,7 @@ class RolloutBatch:
     correct: torch.Tensor | None = None
     answers: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
+    prompt_texts: list[str] = field(default_factory=list)
     finish_reasons: list[str] = field(default_factory=list)
     policy_version: int = 0
 

@@ -15,17 +15,31 @@ import os
 GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
-def load_tokenizer(path: str):
-    """The tokenizer saved in HF folder ``path`` (see the module docstring)."""
+def load_tokenizer(path: str, settings=None):
+    """The tokenizer saved in HF folder ``path`` (see the module docstring).
+
+    ``settings`` (``actor.tokenizer``, a :class:`~rlinf.config.actor.TokenizerConfig`) adds
+    ``use_fast`` (false: the slow tokenizer, which the folder must provide), ``trust_remote_code``
+    and ``padding_side``."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    use_fast = True if settings is None else settings.use_fast
+    remote = False if settings is None else settings.trust_remote_code
     config_file = os.path.join(path, "tokenizer_config.json")
-    if os.path.isfile(config_file):
+    tokenizer = None
+    if use_fast and os.path.isfile(config_file):
         with open(config_file, encoding="utf-8") as f:
             tokenizer_class = json.load(f).get("tokenizer_class")
         if tokenizer_class in GENERIC_CLASSES:
-            return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path)
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(path, use_fast=use_fast, trust_remote_code=remote)
+    if not use_fast and getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"actor.tokenizer.use_fast is false but {path} has no slow (Python) tokenizer "
+                         "for its class; set use_fast: true")
+    if settings is not None:
+        tokenizer.padding_side = settings.padding_side
+    return tokenizer
 
 
 def prompt_encoder(tokenizer, apply_chat_template: bool):
@@ -38,10 +52,10 @@ def prompt_encoder(tokenizer, apply_chat_template: bool):
     if apply_chat_template and not getattr(tokenizer, "chat_template", None):
         raise ValueError("data.apply_chat_template is true but the tokenizer has no chat template")
 
-    def encode(text: str) -> list[int]:
+    def encode(text) -> list[int]:
         if apply_chat_template:
-            text = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                 add_generation_prompt=True, tokenize=False)
+            chat = text if isinstance(text, list) else [{"role": "user", "content": text}]
+            text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
         return list(tokenizer(text, add_special_tokens=not apply_chat_template)["input_ids"])
 
     return encode

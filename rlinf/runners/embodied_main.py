@@ -12,6 +12,22 @@ from __future__ import annotations
 from typing import Any
 
 
+def link_labels(cfg) -> str:
+    """The env / rollout / actor ``channel`` blocks as labels of the links they name.
+
+    >>> from types import SimpleNamespace
+    >>> from rlinf.config.rollout import ChannelRef
+    >>> cfg = SimpleNamespace(env=SimpleNamespace(channel=ChannelRef("env_buffer_list", "obs_buffer")),
+    ...                       rollout=SimpleNamespace(channel=ChannelRef("env_buffer_list", "action_buffer")),
+    ...                       actor=SimpleNamespace(channel=ChannelRef("replay_buffer", "replay_buffer")))
+    >>> link_labels(cfg)
+    'observations env -> rollout env_buffer_list/obs_buffer, actions rollout -> env env_buffer_list/action_buffer, trajectories rollout -> actor replay_buffer/replay_buffer'
+    """
+    env, roll, act = cfg.env.channel, cfg.rollout.channel, cfg.actor.channel
+    return (f"observations env -> rollout {env.name}/{env.queue_name}, actions rollout -> env "
+            f"{roll.name}/{roll.queue_name}, trajectories rollout -> actor {act.name}/{act.queue_name}")
+
+
 def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
     """Run the embodied RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict).
 
@@ -32,6 +48,8 @@ def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
 
     cluster = Cluster.from_config(cfg.cluster)
     print_fn(f"[rlinf] {cluster.origin}")
+    for note in cfg.notes():
+        print_fn(f"[rlinf] note: {note}")
     plan = cfg.cluster.plan(cluster.shape)
     cfg.check_against_plan(plan)
     lg = cfg.runner.logger
@@ -43,6 +61,8 @@ def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
              f"{cfg.env.train.init_params.id or cfg.env.train.task_suite_name or ''}, "
              f"{cfg.env.train.total_num_envs} train envs, policy {cfg.actor.model.model_type}, "
              f"{cfg.rollout.pipeline_stage_num} pipeline stage(s); {modes}; logs in {lg.log_path}")
+    print_fn(f"[rlinf] groups {cfg.env.group_name} (env), {cfg.rollout.group_name} (rollout), "
+             f"{cfg.actor.group_name} (actor); links: {link_labels(cfg)}")
     groups = launch_embodied_groups(cfg, cluster, plan)
     runner = None
     try:

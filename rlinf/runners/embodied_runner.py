@@ -81,7 +81,7 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
     simulators report the spec (when the run evaluates), and the rollout and actor processes
     start together."""
     stages, model = cfg.rollout.pipeline_stage_num, cfg.actor.model
-    env = WorkerGroup.launch(cluster, EnvWorker, plan.component("env"), name="env",
+    env = WorkerGroup.launch(cluster, EnvWorker, plan.component("env"), name=cfg.env.group_name,
                              args=(cfg.env, stages, model.num_action_chunks))
     launched = [env]
     try:
@@ -90,11 +90,12 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
         obs_spec = env.execute("obs_spec", ranks=[0]).wait()[0]
         temperature = cfg.algorithm.sampling_params.temperature
         norm_clip = cfg.rollout.state_norm_clip if cfg.rollout.normalize_states else None
-        rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"), name="rollout",
-                                     args=(model, obs_spec, env.world_size, stages, temperature, norm_clip),
+        rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"), name=cfg.rollout.group_name,
+                                     args=(model, obs_spec, env.world_size, stages, temperature, norm_clip,
+                                           cfg.runner.max_prompt_length),
                                      wait=False)
         launched.append(rollout)
-        actor = WorkerGroup.launch(cluster, EmbodiedActorWorker, plan.component("actor"), name="actor",
+        actor = WorkerGroup.launch(cluster, EmbodiedActorWorker, plan.component("actor"), name=cfg.actor.group_name,
                                    args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip), wait=False)
         launched.append(actor)
         rollout.wait_started()
@@ -163,7 +164,7 @@ class EmbodiedRunner(ScheduledRunner):
         # actor and rollout sharing devices take turns when asked to (actor/rollout.enable_offload)
         shared = groups.actor_rollout_mode != Mode.DISAGGREGATED
         self.offload_actor = shared and cfg.actor.enable_offload
-        self.offload_rollout = shared and cfg.rollout.enable_offload
+        self.offload_rollout = shared and bool(cfg.rollout.enable_offload)  # null = no
         # env workers sharing a device with the actor release their simulators after each rollout
         self.offload_env = groups.env_actor_mode != Mode.DISAGGREGATED and cfg.env.enable_offload
         self._rollouts = 0

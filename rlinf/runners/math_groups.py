@@ -10,6 +10,7 @@ from rlinf.utils.typed_config import ConfigError
 from rlinf.engines.training.megatron.runtime import megatron_import_error
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
 from rlinf.workers.actor.megatron_actor import MegatronActorWorker
+from rlinf.workers.critic.fsdp_critic import FSDPCriticWorker
 from rlinf.workers.inference.reference_worker import ReferenceWorker
 from rlinf.workers.reward.math_reward_worker import MathRewardWorker
 from rlinf.workers.rollout.generation_worker import GenerationWorker
@@ -18,16 +19,18 @@ from rlinf.workers.rollout.generation_worker import GenerationWorker
 @dataclass
 class MathGroups:
     """The launched groups; ``reward`` is a local worker object when no reward group is placed;
-    ``inference`` (reference log-probs) exists when it is placed and ``kl_beta > 0``."""
+    ``inference`` (reference log-probs) exists when it is placed and ``kl_beta > 0``; ``critic``
+    (the value model) when ``critic.use_critic_model``."""
 
     actor: WorkerGroup
     rollout: WorkerGroup
     reward: WorkerGroup | MathRewardWorker
     actor_rollout_mode: Mode
     inference: WorkerGroup | None = None
+    critic: WorkerGroup | None = None
 
     def shutdown(self) -> None:
-        for group in (self.actor, self.rollout, self.reward, self.inference):
+        for group in (self.actor, self.rollout, self.reward, self.inference, self.critic):
             if group is None:
                 continue
             if isinstance(group, WorkerGroup):
@@ -45,25 +48,32 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
     max_tokens = cfg.runner.max_tokens_per_mbs if cfg.runner.enable_dynamic_batch_size else None
     use_inference = (cfg.algorithm.kl_beta > 0 and "inference" in plan.components
                      and plan.mode("actor", "inference") == Mode.DISAGGREGATED)
-    actor = WorkerGroup.launch(cluster, actor_worker, plan.component("actor"), name="actor",
+    actor = WorkerGroup.launch(cluster, actor_worker, plan.component("actor"), name=cfg.actor.group_name,
                                args=(cfg.model_path, cfg.actor, cfg.algorithm, total_steps, max_tokens,
                                      not use_inference))
     inference = None
     if use_inference:
         inference = WorkerGroup.launch(cluster, ReferenceWorker, plan.component("inference"),
-                                       name="inference", args=(cfg.model_path, cfg.actor, cfg.algorithm))
+                                       name=cfg.inference.group_name, args=(cfg.model_path, cfg.actor, cfg.algorithm))
     rollout_model = cfg.rollout.model.model_path or cfg.model_path
-    rollout = WorkerGroup.launch(cluster, GenerationWorker, plan.component("rollout"), name="rollout",
-                                 args=(rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model))
+    rollout = WorkerGroup.launch(cluster, GenerationWorker, plan.component("rollout"), name=cfg.rollout.group_name,
+                                 args=(rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model,
+                                       cfg.actor.tokenizer))
     overlong = (cfg.algorithm.sampling_params.max_new_tokens, cfg.algorithm.overlong_buffer_len,
-                cfg.algorithm.overlong_penalty_factor)
+                cfg.algorithm.overlong_penalty_factor, cfg.tokenizer_path, cfg.actor.tokenizer)
     if "reward" in plan.components:
-        reward = WorkerGroup.launch(cluster, MathRewardWorker, plan.component("reward"), name="reward",
+        reward = WorkerGroup.launch(cluster, MathRewardWorker, plan.component("reward"), name=cfg.reward.group_name,
                                     args=(cfg.reward, *overlong))
     else:
         reward = MathRewardWorker(cfg.reward, *overlong)
+    critic = None
+    if cfg.critic.use_critic_model:  # on the actor's devices unless placed
+        where = plan.component("critic") if "critic" in plan.components else plan.component("actor")
+        critic = WorkerGroup.launch(cluster, FSDPCriticWorker, where, name=cfg.critic.group_name,
+                                    args=(cfg.critic.model.model_path or cfg.model_path, cfg.actor, cfg.critic,
+                                          cfg.algorithm, total_steps, max_tokens))
     TensorLink.connect(WEIGHT_LINK, actor, 0, rollout)
-    return MathGroups(actor, rollout, reward, plan.mode("actor", "rollout"), inference)
+    return MathGroups(actor, rollout, reward, plan.mode("actor", "rollout"), inference, critic)
 
 
 def actor_worker_class(cfg: MathConfig, plan: PlacementPlan) -> type:

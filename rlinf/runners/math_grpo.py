@@ -35,6 +35,7 @@ from rlinf.runners.math_groups import MathGroups
 from rlinf.runners.math_pipeline import RolloutPipeline, Submitted
 from rlinf.runners.schedule import ScheduledRunner
 from rlinf.utils.metric_logger import MetricLogger
+from rlinf.utils.typed_config import ConfigError
 from rlinf.workers.actor.objectives import add_advantages
 from rlinf.workers.actor.sharding import plan_update
 
@@ -80,13 +81,24 @@ class MathGRPORunner(ScheduledRunner):
         batch, metrics = self._rollout_batch()                                               # 1-4
         add_advantages(batch, algo)                                                          # 5
         t_update = time.perf_counter()
-        update = plan_update(batch, self.groups.actor.world_size, algo.n_minibatches)        # 6
-        actor_metrics = self.groups.actor.execute_each(
-            "update", [(s, update.minibatch_tokens) for s in update.shards]).wait()[0]
+        critic = self.groups.critic
+        critic_call = None
+        if critic is not None:                                                               # 6a
+            cplan = plan_update(batch, critic.world_size, algo.n_minibatches)
+            critic_call = critic.execute_each("update", [(s, cplan.minibatch_tokens) for s in cplan.shards])
+        train_actor = self.step >= self.cfg.critic.warmup_steps  # critic warm-up: value model only
+        actor_metrics = {}
+        if train_actor:
+            update = plan_update(batch, self.groups.actor.world_size, algo.n_minibatches)    # 6
+            actor_metrics = self.groups.actor.execute_each(
+                "update", [(s, update.minibatch_tokens) for s in update.shards]).wait()[0]
+        if critic_call is not None:
+            actor_metrics = {**actor_metrics, **critic_call.wait()[0], **_value_metrics(batch)}
         metrics["time/update"] = time.perf_counter() - t_update
         self.step += 1
         t_sync = time.perf_counter()
-        self._sync_weights()                                                                 # 7
+        if train_actor:
+            self._sync_weights()                                                             # 7
         metrics["time/sync"] = time.perf_counter() - t_sync
         metrics["time/step"] = time.perf_counter() - t
         lengths = batch.response_lengths.float()
@@ -143,7 +155,9 @@ class MathGRPORunner(ScheduledRunner):
         greedy = replace(self.cfg.algorithm.sampling_params, do_sample=False, min_new_tokens=0)
         correct, total, length = 0.0, 0, 0.0
         for prompts in self.val.epoch_batches():
-            batch, _ = self.pipeline.collect(self.pipeline.submit(prompts, greedy, 1, seed=0), logprobs=False)
+            job = self.pipeline.submit(prompts, greedy, 1, seed=0,
+                                       chunk=self.cfg.algorithm.val_rollout_batch_size_per_gpu)
+            batch, _ = self.pipeline.collect(job, logprobs=False)
             correct += float(batch.correct.float().sum())
             length += float(batch.response_lengths.float().sum())
             total += batch.batch_size
@@ -172,6 +186,8 @@ class MathGRPORunner(ScheduledRunner):
         """Actor state + driver state at the current step; returns the step folder."""
         step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)
         self.groups.actor.save_checkpoint(os.path.join(step_dir, "actor")).wait()
+        if self.groups.critic is not None:
+            self.groups.critic.save_checkpoint(os.path.join(step_dir, "critic")).wait()
         # prompts already handed to generations that run ahead are given out again on resume
         loader = self._ahead[0][1] if self._ahead else self.train.state_dict()
         ckpt.write_trainer_state(step_dir, {"step": self.step, "train_loader": loader,
@@ -184,6 +200,12 @@ class MathGRPORunner(ScheduledRunner):
         step_dir = ckpt.resolve_resume_dir(path)
         state = ckpt.read_trainer_state(step_dir)
         self.groups.actor.load_checkpoint(os.path.join(step_dir, "actor")).wait()
+        if self.groups.critic is not None:
+            critic_dir = os.path.join(step_dir, "critic")
+            if not os.path.isdir(critic_dir):
+                raise ConfigError("runner.resume_dir", f"{step_dir!r} has no critic/ folder, and this run trains "
+                                                       "a critic (critic.use_critic_model)")
+            self.groups.critic.load_checkpoint(critic_dir).wait()
         self.train.load_state_dict(state["train_loader"])
         self.step, self.history = int(state["step"]), list(state["history"])
         self._sync_weights()
@@ -213,3 +235,14 @@ def _split_by_variance(batch: RolloutBatch) -> tuple[list[RolloutBatch], list[Ro
         (kept if keep else dropped).append(batch.select(range(i * g, (i + 1) * g)))
     return kept, dropped
 
+
+def _value_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """``critic/explained_var`` of the old values against the returns: 1 - Var(R - V) / Var(R)
+    over response tokens (1 = a perfect critic, 0 = no better than the mean)."""
+    mask = batch.response_mask.bool()
+    if batch.values is None or batch.returns is None or not mask.any():
+        return {}
+    v, r = batch.values[mask].float(), batch.returns[mask].float()
+    var = r.var(unbiased=False)
+    return {"critic/explained_var": float(1 - (r - v).var(unbiased=False) / var) if var > 0 else 0.0,
+            "critic/values_mean": float(v.mean()), "critic/returns_mean": float(r.mean())}

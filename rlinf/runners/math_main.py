@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlinf.config.math import MathConfig
-from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
+from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
+from rlinf.data.readers import read_rows
 from rlinf.data.tokenizer import prompt_encoder
 from rlinf.utils.typed_config import ConfigError
 
@@ -36,7 +37,8 @@ def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoade
             loaders.append(None)
             continue
         try:
-            dataset = PromptDataset(read_jsonl(paths, d.prompt_key, d.answer_key), encode, d.max_prompt_length)
+            dataset = PromptDataset(read_rows(paths, d.prompt_key, d.answer_key, d.messages_key), encode,
+                                    d.max_prompt_length, num_workers=d.num_workers)
         except ValueError as exc:
             raise ConfigError(key, str(exc)) from None
         loaders.append(dataset)
@@ -48,7 +50,7 @@ def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoade
     val = None
     if val_set is not None:
         size = min(d.val_rollout_batch_size or d.rollout_batch_size, len(val_set))
-        val = PromptLoader(val_set, size, shuffle=False, seed=d.seed, drop_last=False)
+        val = PromptLoader(val_set, size, shuffle=d.validation_shuffle, seed=d.seed, drop_last=False)
     return train, val
 
 
@@ -72,6 +74,8 @@ def run_math(raw: Any, print_fn=print) -> dict[str, float]:
 
     cluster = Cluster.from_config(cfg.cluster)
     print_fn(f"[rlinf] {cluster.origin}")
+    for note in cfg.notes():
+        print_fn(f"[rlinf] note: {note}")
     plan = cfg.cluster.plan(cluster.shape)
     cfg.check_against_plan(plan)
     total = total_training_steps(cfg, train.batches_per_epoch)
@@ -83,6 +87,9 @@ def run_math(raw: Any, print_fn=print) -> dict[str, float]:
              f"{cfg.algorithm.group_size}; placement: " +
              ", ".join(f"{c}={plan.mode(a, c).value}" for a, c in [("actor", "rollout")]) +
              f"; rollout backend {cfg.rollout.engine_backend}; logs in {lg.log_path}")
+    print_fn(f"[rlinf] groups {cfg.actor.group_name} (actor), {cfg.rollout.group_name} (rollout)"
+             + "".join(f", {getattr(cfg, c).group_name} ({c})" for c in ("reward", "inference")
+                       if c in plan.components))
     groups = launch_math_groups(cfg, cluster, plan, total)
     runner = MathGRPORunner(cfg, groups, train, val, pad, logger)
     try:

@@ -41,6 +41,7 @@ class Submitted:
     sampling: SamplingParams
     n: int
     seed: int
+    chunk: int | None = None  #: prompts per generate call of a rollout rank (None = its whole shard)
     key: str = ""
     expected_chunks: int = 0
     call: GroupCall | None = None
@@ -59,21 +60,26 @@ class RolloutPipeline:
     def __init__(self, cfg: MathConfig, groups: MathGroups, pad_token_id: int):
         self.cfg, self.groups, self.pad_token_id = cfg, groups, pad_token_id
         self.collocated = groups.actor_rollout_mode != Mode.DISAGGREGATED
+        self.swap_rollout = cfg.rollout.enable_offload is not False  # null = swap when collocated
         self._ids = itertools.count()
         self.channel = None
         if not self.collocated:
-            self.channel = Channel.create(f"{cfg.rollout.channel.name}-{uuid.uuid4().hex[:8]}")
+            ch = cfg.rollout.channel
+            self.channel = Channel.create(f"{ch.name}-{uuid.uuid4().hex[:8]}", maxsize=ch.queue_size)
 
     # ---- generation ---------------------------------------------------------------------------
-    def submit(self, prompts: PromptBatch, sampling: SamplingParams, n: int, seed: int) -> Submitted:
-        """Start generating ``n`` responses per prompt (disaggregated: returns at once)."""
-        job = Submitted(prompts, sampling, n, seed)
+    def submit(self, prompts: PromptBatch, sampling: SamplingParams, n: int, seed: int,
+               chunk: int | None = None) -> Submitted:
+        """Start generating ``n`` responses per prompt (disaggregated: returns at once); each
+        rollout rank generates ``chunk`` prompts at a time (default
+        ``algorithm.rollout_batch_size_per_gpu``, else its whole shard)."""
+        job = Submitted(prompts, sampling, n, seed, chunk or self.cfg.algorithm.rollout_batch_size_per_gpu)
         if self.collocated:
             return job
         rollout = self.groups.rollout
         shards = _shard_prompts(prompts, rollout.world_size)
-        chunk = self.cfg.algorithm.rollout_batch_size_per_gpu or max(len(s.prompts) for s in shards)
-        job.key = f"gen{next(self._ids)}"
+        chunk = job.chunk or max(len(s.prompts) for s in shards)
+        job.key = f"{self.cfg.rollout.channel.queue_name}-{next(self._ids)}"
         job.expected_chunks = sum(-(-len(s.prompts) // chunk) for s in shards)
         job.call = rollout.execute_each("generate_to_channel", [
             (s, sampling, n, seed * 1000 + r * 100, self.channel, job.key, chunk)
@@ -91,12 +97,18 @@ class RolloutPipeline:
         rollout, actor = self.groups.rollout, self.groups.actor
         t = time.perf_counter()
         actor.offload().wait()
-        rollout.onload().wait()
+        if self.groups.critic is not None:
+            self.groups.critic.offload().wait()
+        if self.swap_rollout:
+            rollout.onload().wait()
         shards = _shard_prompts(job.prompts, rollout.world_size)
-        parts = rollout.execute_each("generate", [(s, job.sampling, job.n, job.seed * 1000 + r * 100)
+        parts = rollout.execute_each("generate", [(s, job.sampling, job.n, job.seed * 1000 + r * 100, job.chunk)
                                                   for r, s in enumerate(shards)]).wait()
-        rollout.offload().wait()
+        if self.swap_rollout:
+            rollout.offload().wait()
         actor.onload().wait()
+        if self.groups.critic is not None:
+            self.groups.critic.onload().wait()
         batch = RolloutBatch.concat([b for b in parts if b.batch_size], self.pad_token_id)
         timings = {"time/rollout": time.perf_counter() - t}
         t = time.perf_counter()
@@ -180,6 +192,10 @@ class RolloutPipeline:
             ref = self.groups.inference or actor
             calls["ref_logprobs"] = ref.execute_each(
                 "compute_ref_logprobs", [(s,) for s in _split_ragged(batch, ref.world_size)])
+        critic = self.groups.critic
+        if critic is not None:  # the old values GAE starts from, alongside the log-probs
+            calls["values"] = critic.execute_each(
+                "compute_values", [(s,) for s in _split_ragged(batch, critic.world_size)])
         return calls
 
     def close(self) -> None:

@@ -57,6 +57,38 @@ def check_output_folder(path: str, key: str) -> None:
         raise ConfigError(key, f"{path!r} cannot be created: {parent!r} is not writable")
 
 
+#: architecture tags the reference writes -> HF ``config.json`` ``model_type``
+MODEL_TYPE_ALIASES = {"qwen2.5": "qwen2", "qwen2_5": "qwen2", "qwen2.5-math": "qwen2", "deepseek-r1-distill-qwen": "qwen2",
+                      "llama2": "llama", "llama3": "llama", "llama3.1": "llama", "llama3.2": "llama",
+                      "qwen3-moe": "qwen3_moe"}
+
+
+def check_model_type(tag: str | None, folder: str | None, key: str) -> None:
+    """``<section>.model.model_type`` (when set) names the architecture in ``folder/config.json``
+    (qwen2.5 and qwen2 are the same architecture; see :data:`MODEL_TYPE_ALIASES`).
+
+    >>> import json, tempfile
+    >>> d = tempfile.mkdtemp(); _ = open(f"{d}/config.json", "w").write(json.dumps({"model_type": "qwen2"}))
+    >>> check_model_type("qwen2.5", d, "rollout.model.model_type")
+    >>> check_model_type("llama", d, "rollout.model.model_type")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: rollout.model.model_type: 'llama', but the model folder's config.json says model_type 'qwen2'
+    """
+    if tag is None or folder is None:
+        return
+    import json
+
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            actual = json.load(f).get("model_type")
+    except (OSError, ValueError):
+        return  # the folder check names that problem
+    wanted = MODEL_TYPE_ALIASES.get(tag.lower(), tag.lower())
+    if actual is not None and wanted != actual:
+        raise ConfigError(key, f"{tag!r}, but the model folder's config.json says model_type {actual!r}")
+
+
 def check_hf_folder(path: str, key: str, tokenizer: bool = True) -> None:
     """``path`` is an HF model folder: ``config.json``, weights (every shard an index lists) and,
     with ``tokenizer``, tokenizer files."""
@@ -131,14 +163,34 @@ def prepare_math(raw: Any) -> MathStart:
         if path is not None:
             check_hf_folder(path, key, tokenizer=tok_dir is None and key != "inference.model.model_path")
     cfg.check_paths()
+    check_model_type(cfg.actor.model.model_type, cfg.model_path, "actor.model.model_type")
+    check_model_type(cfg.rollout.model.model_type, cfg.rollout.model.model_path or cfg.model_path,
+                     "rollout.model.model_type")
+    check_model_type(cfg.inference.model.model_type, cfg.inference.model.model_path or cfg.model_path,
+                     "inference.model.model_type")
+    if cfg.reward.use_reward_model:
+        check_hf_folder(cfg.reward.model.model_path, "reward.model.model_path", tokenizer=True)
+    if cfg.critic.use_critic_model:
+        if cfg.critic.model.model_path is not None:
+            check_hf_folder(cfg.critic.model.model_path, "critic.model.model_path", tokenizer=False)
+        check_model_type(cfg.critic.model.model_type, cfg.critic.model.model_path or cfg.model_path,
+                         "critic.model.model_type")
     try:
-        tokenizer = load_tokenizer(cfg.tokenizer_path)
+        tokenizer = load_tokenizer(cfg.tokenizer_path, cfg.actor.tokenizer)
     except Exception as exc:  # noqa: BLE001 - any loader failure is a bad folder
-        key = "actor.tokenizer.tokenizer_model" if tok_dir else "actor.model.model_path"
+        key = ("actor.tokenizer.use_fast" if not cfg.actor.tokenizer.use_fast else
+               "actor.tokenizer.tokenizer_model" if tok_dir else "actor.model.model_path")
         raise ConfigError(key, f"the tokenizer in {cfg.tokenizer_path!r} does not load "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     train, val = build_loaders(cfg, tokenizer)
     resume_step = check_run_folders(cfg.runner)
+    if resume_step is not None and cfg.critic.use_critic_model:
+        from rlinf.runners.checkpoint import resolve_resume_dir
+
+        step_dir = resolve_resume_dir(cfg.runner.resume_dir)
+        if not os.path.isdir(os.path.join(step_dir, "critic")):
+            raise ConfigError("runner.resume_dir", f"{step_dir!r} has no critic/ folder, and this run trains a "
+                                                   "critic (critic.use_critic_model)")
     check_cluster_before_start(cfg.cluster)
     return MathStart(cfg, tokenizer, train, val, resume_step)
 

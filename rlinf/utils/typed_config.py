@@ -72,6 +72,10 @@ def parse_section(cls: type[T], raw: Any, path: str) -> T:
                 values[name] = _convert(hints[name], {}, sub)
             else:
                 raise ConfigError(sub, "missing (required)")
+    for name, f in fields.items():
+        allowed = f.metadata.get("only")
+        if allowed is not None and name in values and values[name] not in allowed:
+            raise ConfigError(_join(path, name), f"{values[name]!r} is refused: {f.metadata['reason']}")
     obj = cls(**values)
     validate = getattr(obj, "validate", None)
     if callable(validate):
@@ -169,3 +173,122 @@ def check(condition: bool, key: str, message: str) -> None:
     """
     if not condition:
         raise ConfigError(key, message)
+
+
+# ---------------------------------------------------------------- key rules
+
+
+def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+         scope: str | None = None, only: tuple | None = None, reason: str = "",
+         note: tuple | None = None) -> Any:
+    """A dataclass field with a rule on top of its type (the house rule: every accepted key has
+    its effect, or is refused with the reason).
+
+    - ``scope``: the kind of run that reads the key (``math``, ``embodied``, ``megatron``,
+      ``fsdp``); :func:`check_scopes` refuses a value other than the default in any other run.
+    - ``only`` + ``reason``: the values that are accepted; any other is refused at parse time
+      with ``reason`` (something this runtime cannot do, and what to use instead).
+    - ``note``: ``(values, text)``: the value is accepted, but means nothing more under this
+      runtime than what it always does; :func:`collect_notes` returns ``text`` for a start-up line.
+
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Fsdp:
+    ...     limit_all_gathers: bool = rule(False, only=(False,), reason="FSDP2 has no such limit")
+    >>> parse_section(Fsdp, {"limit_all_gathers": True}, "fsdp")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: fsdp.limit_all_gathers: True is refused: FSDP2 has no such limit
+    """
+    metadata: dict[str, Any] = {}
+    if scope is not None:
+        metadata["scope"] = scope
+    if only is not None:
+        metadata["only"], metadata["reason"] = tuple(only), reason
+    if note is not None:
+        metadata["note"] = note
+    return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
+
+
+#: what each scope says in a refusal
+SCOPE_TEXT = {"math": "read by math runs only", "embodied": "read by embodied runs only",
+              "megatron": "read by the Megatron backend only (actor.training_backend: megatron)",
+              "fsdp": "read by the FSDP2 backend only (actor.training_backend: fsdp)"}
+
+
+#: scopes whose idle keys are noted rather than refused (see :func:`check_scopes`)
+BACKEND_SCOPES = frozenset({"fsdp", "megatron"})
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    """The value a field takes when its key is absent."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def walk_fields(obj: Any, path: str = ""):
+    """``(path, field, value)`` of every field under the dataclass ``obj``, depth first."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        sub = _join(path, f.name)
+        yield sub, f, value
+        if dataclasses.is_dataclass(value):
+            yield from walk_fields(value, sub)
+
+
+def check_scopes(obj: Any, active: set[str], path: str = "", soft: frozenset[str] = frozenset()) -> list[str]:
+    """Refuse a key set (to other than its default) whose ``scope`` is not ``active`` in this run;
+    for a scope in ``soft`` return a note line per such key instead (the reference writes both
+    training backends' sections in one file, so the idle backend's keys are named, not refused).
+
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Algo:
+    ...     rollout_epoch: int = rule(1, scope="embodied")
+    ...     tp: int = rule(1, scope="megatron")
+    >>> check_scopes(Algo(tp=2), {"math", "fsdp"}, "algorithm", soft=frozenset({"megatron"}))
+    ['algorithm.tp: 2: not read: read by the Megatron backend only (actor.training_backend: megatron)']
+    >>> check_scopes(Algo(rollout_epoch=2), {"math"}, "algorithm")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: algorithm.rollout_epoch: 2 has no effect here: read by embodied runs only; remove it (or leave the default 1)
+    """
+    notes = []
+    for sub, f, value in walk_fields(obj, path):
+        scope = f.metadata.get("scope")
+        if scope is None or scope in active:
+            continue
+        default = field_default(f)
+        if value == default:
+            continue
+        if scope in soft:
+            for key, v, _ in _differences(value, default, sub):
+                notes.append(f"{key}: {v!r}: not read: {SCOPE_TEXT[scope]}")
+            continue
+        key, value, default = _differences(value, default, sub)[0]
+        raise ConfigError(key, f"{value!r} has no effect here: {SCOPE_TEXT[scope]}; remove it "
+                               f"(or leave the default {default!r})")
+    return notes
+
+
+def _differences(value: Any, default: Any, path: str) -> list[tuple[str, Any, Any]]:
+    """``(key, value, default)`` of every leaf where ``value`` differs from ``default``."""
+    if not (dataclasses.is_dataclass(value) and dataclasses.is_dataclass(default)):
+        return [(path, value, default)]
+    out = []
+    for f in dataclasses.fields(value):
+        a, b = getattr(value, f.name), getattr(default, f.name)
+        if a != b:
+            out += _differences(a, b, _join(path, f.name))
+    return out
+
+
+def collect_notes(obj: Any, path: str = "") -> list[str]:
+    """``key: text`` for every field whose value has a ``note`` (see :func:`rule`)."""
+    notes = []
+    for sub, f, value in walk_fields(obj, path):
+        note = f.metadata.get("note")
+        if note is not None and value in note[0]:
+            notes.append(f"{sub}: {value!r}: {note[1]}")
+    return notes

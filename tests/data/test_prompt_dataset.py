@@ -75,3 +75,15 @@ def test_validation_loader_keeps_the_partial_last_batch():
 def test_an_encoder_that_returns_no_token_ids_fails_at_once():
     with pytest.raises(TypeError, match="list of token ids"):
         PromptDataset([{"prompt": "a", "answer": "1"}], encode=lambda s: {"input_ids": [1]}, max_prompt_length=4)
+
+
+def test_num_workers_tokenise_in_parallel_with_the_same_result():
+    from rlinf.data.prompt_dataset import PromptDataset, encode_all
+
+    texts = [f"{i} + {i * 7}" for i in range(50)]
+    encode = lambda s: [ord(c) for c in s]  # noqa: E731
+    assert encode_all(texts, encode, num_workers=2) == encode_all(texts, encode, num_workers=0)
+    rows = [{"prompt": t, "answer": "x"} for t in texts]
+    serial = PromptDataset(rows, encode, max_prompt_length=7)
+    parallel = PromptDataset(rows, encode, max_prompt_length=7, num_workers=2)
+    assert serial.prompts == parallel.prompts and serial.dropped == parallel.dropped > 0

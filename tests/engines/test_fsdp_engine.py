@@ -27,7 +27,7 @@ from fsdp_engine_helpers import (
     run_single,
     run_worker,
 )
-from rlinf.config.actor import FsdpConfig, GradScalerConfig, LrSchedConfig, OptimConfig
+from rlinf.config.actor import FsdpConfig, LrSchedConfig, OptimConfig
 from rlinf.engines.training.lr_schedule import LrSchedule, schedule_from_config
 
 #: lr of steps 0, 1, 2: warm-up start 1e-3; peak 1e-2; cosine 1/3 of the way to 1e-3 over 3 steps
@@ -223,8 +223,10 @@ def test_use_liger_kernel_on_cpu_is_a_clear_error(tmp_path):
     cfg = make_cfg(use_liger_kernel=True)
     with pytest.raises(ValueError, match="use_liger_kernel.*needs a GPU"):
         FSDPEngine(str(tmp_path), cfg, device=torch.device("cpu"))
-    with pytest.raises(NotImplementedError, match="grad_scaler"):
-        FSDPEngine(str(tmp_path), make_cfg(grad_scaler=GradScalerConfig(enabled=True)), device=torch.device("cpu"))
+    from rlinf.utils.typed_config import ConfigError, parse_section
+
+    with pytest.raises(ConfigError, match="grad_scaler.enabled: True is refused: fp16 loss scaling"):
+        parse_section(FsdpConfig, {"grad_scaler": {"enabled": True}}, "actor.fsdp_config")
     assert FsdpConfig().use_liger_kernel is False
 
 

@@ -52,7 +52,8 @@ def test_errors_name_the_key():
     with pytest.raises(ConfigError, match="env.train.init_params.instruction"):  # toy tasks have their own
         load("toy_ppo_mlp", ["+env.train.init_params.instruction=go"])
     with pytest.raises(ConfigError, match="env.train.use_fixed_reset_state_ids"):
-        load("toy_ppo_mlp", ["algorithm.adv_type=grpo", "++algorithm.group_size=2", "env.train.group_size=2"])
+        load("toy_ppo_mlp", ["algorithm.adv_type=grpo", "++algorithm.group_size=2", "env.train.group_size=2",
+                             "critic.use_critic_model=false"])
 
 
 # The GPU configs and their tiny CPU variants: the variant may change the scale (devices, env

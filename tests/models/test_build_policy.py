@@ -122,3 +122,24 @@ def test_openvla_oft_config_errors(vla_dir, raw, key):
     with pytest.raises(ConfigError) as err:
         build_policy(full, ObsSpec(image_shape=(32, 32, 3)))
     assert err.value.key == key
+
+
+def test_rollout_forward_batches_of_val_micro_batch_size_give_the_same_actions():
+    from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker
+
+    spec = ObsSpec(state_dim=6, action_low=(-1.0, -1.0), action_high=(1.0, 1.0))
+    policy = build_policy({"model_type": "mlp", "action_dim": 2, "num_action_chunks": 2,
+                           "policy_hidden_sizes": [16]}, spec)
+    worker = PolicyRolloutWorker.__new__(PolicyRolloutWorker)  # only the forward path, no Ray
+    worker.policy = policy
+    inputs = {"states": torch.randn(7, 6), "images": None, "wrist_images": None, "instructions": ["t"] * 7}
+    worker.forward_batch = None
+    whole = worker._act(inputs, True, None)
+    worker.forward_batch = 3  # actor.model.val_micro_batch_size: 3 + 3 + 1 envs per forward
+    calls = []
+    original = policy.act
+    policy.act = lambda **kw: calls.append(kw["states"].shape[0]) or original(**kw)
+    chunked = worker._act(inputs, True, None)
+    assert calls == [3, 3, 1]
+    for field in ("actions", "raw_actions", "logprobs", "values"):
+        assert torch.allclose(getattr(whole, field), getattr(chunked, field), atol=1e-6)

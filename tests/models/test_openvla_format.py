@@ -238,3 +238,12 @@ def test_an_unknown_or_missing_tensor_is_refused(ckpt, tmp_path):
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match="missing"):
         load_openvla(d, OpenVLAOptions())
+
+
+def test_runner_max_prompt_length_stops_a_longer_task_prompt(ckpt):
+    policy = load_openvla(ckpt, OpenVLAOptions(model_type="openvla", num_action_chunks=1))
+    img = _images(2)
+    policy.act(images=img, instructions=INSTR, generator=torch.Generator().manual_seed(0))  # no limit
+    policy.max_prompt_length = 4
+    with pytest.raises(ValueError, match=r"runner.max_prompt_length: the prompt of task .* tokens, more than 4"):
+        policy.act(images=img, instructions=INSTR, generator=torch.Generator().manual_seed(0))

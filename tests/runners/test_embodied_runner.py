@@ -140,8 +140,8 @@ def test_env_worker_dying_mid_rollout_fails_the_rollout_worker_at_once(ray_clust
         time.sleep(1.0)
         ray.kill(groups.env.actors[1])
         start = time.monotonic()
-        with pytest.raises(PeerDiedError, match=r"env\[1\] on node \d+ is dead .*rollout\[0\] noticed "
-                                                r"it in run\(\): .*env\[1\] closed the connection"):
+        with pytest.raises(PeerDiedError, match=r"EnvGroup\[1\] on node \d+ is dead .*RolloutGroup\[0\] noticed "
+                                                r"it in run\(\): .*EnvGroup\[1\] closed the connection"):
             serving.wait(timeout=60)
         assert time.monotonic() - start < 10
     finally:
@@ -163,9 +163,9 @@ def test_a_killed_idle_rollout_worker_is_named_when_the_weight_sync_fails(ray_cl
         runner = EmbodiedRunner(cfg, groups)  # one weight sync works
         (_, pid), = groups.rollout._execute("_rlinf_ping", _control=True).wait(timeout=30)
         os.kill(pid, signal.SIGKILL)
-        with pytest.raises(WorkerDiedError, match=r"rollout\[0\] on node \d+ (is dead|died)") as err:
+        with pytest.raises(WorkerDiedError, match=r"RolloutGroup\[0\] on node \d+ (is dead|died)") as err:
             runner.sync_weights()
-        assert err.value.worker == "rollout[0]"
+        assert err.value.worker == "RolloutGroup[0]"
     finally:
         groups.shutdown()
 

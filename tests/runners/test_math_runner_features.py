@@ -44,6 +44,7 @@ def base_config(tmp_path, model, placement, accelerators, **sections):
     }
     for section, values in sections.items():
         for key, value in values.items():
+            cfg.setdefault(section, {})
             if isinstance(value, dict) and isinstance(cfg[section].get(key), dict):
                 cfg[section][key] = {**cfg[section][key], **value}
             else:

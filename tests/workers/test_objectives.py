@@ -62,3 +62,34 @@ def test_missing_inputs_are_reported():
     b.old_logprobs = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="needs reference log-probs"):
         make_loss_fn(AlgorithmConfig(group_size=2, kl_beta=0.1))(torch.zeros(2, 2), None, b)
+
+
+def test_llm_gae_advantages_match_a_hand_computation():
+    """Token-level GAE of the LLM critic path: the reward sits on the last response token, the
+    value after the last token is 0; gamma 0.9, lambda 0.8, no whitening."""
+    import torch
+
+    from rlinf.config.algorithm import AlgorithmConfig
+    from rlinf.data.rollout_batch import RolloutBatch
+    from rlinf.workers.actor.objectives import add_advantages
+
+    batch = RolloutBatch.from_token_lists([[1], [1]], [[5, 6, 7], [8, 9]], pad_token_id=0)
+    batch.rewards = torch.tensor([1.0, -1.0])
+    batch.values = torch.tensor([[0.5, 0.2, -0.1], [0.3, 0.4, 0.0]])
+    add_advantages(batch, AlgorithmConfig(adv_type="gae", gamma=0.9, lam=0.8, normalize_advantages=False))
+    g, lam = 0.9, 0.8
+
+    def by_hand(rewards, values):
+        adv, nxt_adv, nxt_v = [0.0] * len(values), 0.0, 0.0
+        for t in reversed(range(len(values))):
+            delta = rewards[t] + g * nxt_v - values[t]
+            nxt_adv = delta + g * lam * nxt_adv
+            adv[t], nxt_v = nxt_adv, values[t]
+        return adv
+
+    a0 = by_hand([0.0, 0.0, 1.0], [0.5, 0.2, -0.1])
+    a1 = by_hand([0.0, -1.0], [0.3, 0.4])
+    assert torch.allclose(batch.advantages[0], torch.tensor(a0), atol=1e-6)
+    assert torch.allclose(batch.advantages[1, :2], torch.tensor(a1), atol=1e-6)
+    assert batch.advantages[1, 2] == 0  # padding
+    assert torch.allclose(batch.returns[0], torch.tensor(a0) + batch.values[0], atol=1e-6)

@@ -41,6 +41,11 @@ class RolloutEngine(ABC):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the model weights in place (HF parameter names)."""
 
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """The weights the engine holds, by HF name (for ``rollout.validate_weight``); engines whose
+        weights are fused or sharded under other names do not offer it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read its weights back by HF name")
+
     def offload(self) -> None:
         """Free accelerator memory between phases (collocated mode); default: nothing to do."""
 

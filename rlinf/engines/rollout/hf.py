@@ -148,10 +148,12 @@ class HFRolloutEngine(RolloutEngine):
         procs = LogitsProcessorList([recorder])
         if sampling.repetition_penalty != 1.0:
             procs.append(RepetitionPenaltyLogitsProcessor(penalty=float(sampling.repetition_penalty)))
+        if sampling.frequency_penalty:
+            procs.append(FrequencyPenalty(sampling.frequency_penalty, prompt_len))
         if sampling.min_new_tokens > 0 and self.eos_token_ids:
             procs.append(MinNewTokensLengthLogitsProcessor(
                 prompt_length_to_skip=prompt_len, min_new_tokens=int(sampling.min_new_tokens),
-                eos_token_id=self.eos_token_ids, device=str(self.device)))
+                eos_token_id=self._eos(sampling), device=str(self.device)))
         if sampling.do_sample:
             if sampling.temperature != 1.0:
                 procs.append(TemperatureLogitsWarper(float(sampling.temperature)))
@@ -160,7 +162,15 @@ class HFRolloutEngine(RolloutEngine):
                 procs.append(TopKLogitsWarper(top_k=top_k))
             if sampling.top_p < 1.0:
                 procs.append(TopPLogitsWarper(top_p=float(sampling.top_p)))
+            if sampling.min_p > 0:
+                from transformers import MinPLogitsWarper
+
+                procs.append(MinPLogitsWarper(min_p=float(sampling.min_p)))
         return procs
+
+    def _eos(self, sampling: SamplingParams) -> list[int]:
+        """The tokenizer's EOS ids plus ``sampling.stop_token_ids``."""
+        return list(dict.fromkeys([*self.eos_token_ids, *sampling.stop_token_ids]))
 
     @torch.no_grad()
     def _generate_chunk(self, items: list[tuple[int, list[int]]],
@@ -182,14 +192,14 @@ class HFRolloutEngine(RolloutEngine):
             do_sample=bool(sampling.do_sample), max_new_tokens=int(sampling.max_new_tokens),
             min_new_tokens=0, temperature=1.0, top_k=0 if sampling.do_sample else None, top_p=1.0,
             repetition_penalty=1.0,
-            num_beams=1, num_return_sequences=1, eos_token_id=self.eos_token_ids or None,
+            num_beams=1, num_return_sequences=1, eos_token_id=self._eos(sampling) or None,
             pad_token_id=self.pad_token_id, return_dict_in_generate=False, use_cache=True)
         sequences = self.model.generate(
             input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
             generation_config=gen_cfg, logits_processor=self._processors(sampling, prompt_len, recorder))
         logprobs = recorder.finish(sequences).cpu()
         responses = sequences[:, prompt_len:].cpu()
-        eos = set(self.eos_token_ids)
+        eos = set(self._eos(sampling))
         out = []
         for row, (prompt_index, _) in enumerate(items):
             tokens = responses[row].tolist()
@@ -218,6 +228,10 @@ class HFRolloutEngine(RolloutEngine):
                 target = targets[name]
                 target.copy_(value.detach().to(device=target.device, dtype=target.dtype))
 
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """Parameters and persistent buffers by HF name (tied weights under each name)."""
+        return dict(self.model.state_dict(keep_vars=False))
+
     # ---- memory ---------------------------------------------------------------------------------
     def offload(self) -> None:
         """Move the model to CPU and free the GPU cache (no-op on a CPU engine)."""
@@ -235,3 +249,18 @@ class HFRolloutEngine(RolloutEngine):
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+class FrequencyPenalty:
+    """``sampling_params.frequency_penalty``: a token's logit drops by ``penalty`` per time it
+    already occurs in the response (the prompt does not count), as OpenAI / vLLM define it."""
+
+    def __init__(self, penalty: float, prompt_len: int):
+        self.penalty, self.prompt_len = float(penalty), prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids[:, self.prompt_len:]
+        if generated.shape[1] == 0:
+            return scores
+        counts = torch.zeros_like(scores).scatter_add_(1, generated, torch.ones_like(generated, dtype=scores.dtype))
+        return scores - self.penalty * counts

@@ -227,7 +227,9 @@ class VLLMRolloutEngine(RolloutEngine):
             top_p=1.0 if greedy else float(sampling.top_p),
             repetition_penalty=float(sampling.repetition_penalty),
             max_tokens=int(sampling.max_new_tokens), min_tokens=int(sampling.min_new_tokens),
-            seed=seed, logprobs=0, stop_token_ids=list(self.eos_token_ids), detokenize=False,
+            seed=seed, logprobs=0, stop_token_ids=list(dict.fromkeys([*self.eos_token_ids, *sampling.stop_token_ids])),
+            stop=list(sampling.stop) or None, include_stop_str_in_output=True, detokenize=bool(sampling.stop),
+            frequency_penalty=float(sampling.frequency_penalty), min_p=float(sampling.min_p),
             skip_special_tokens=False)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,

@@ -16,7 +16,8 @@ works too.
 - ``reshard_after_forward``: passed to ``fully_shard`` (forced False by ``shard_grad_op``).
 - ``mixed_precision.param_dtype`` / ``reduce_dtype``: ``MixedPrecisionPolicy`` (compute dtype of
   the gathered weights / gradient-reduction dtype); master weights keep ``actor.model.precision``
-  (fp32 by default). ``mixed_precision.buffer_dtype``: accepted, no effect (FSDP2 leaves buffers).
+  (fp32 by default). ``mixed_precision.buffer_dtype``: floating-point buffers (e.g. rotary
+  frequencies) are cast to it before sharding (FSDP2's policy has no buffer dtype).
 - ``cpu_offload`` (+ ``offload_pin_memory``): ``CPUOffloadPolicy`` (sharded weights, gradients and
   the optimizer step on the CPU); no effect when the device is already the CPU.
 - ``enable_gradient_accumulation``: True = gradients of all micro-batches accumulate locally and
@@ -25,14 +26,21 @@ works too.
 - ``amp_autocast.enabled`` / ``precision``: forward under ``torch.autocast``.
 - ``use_liger_kernel``: GPU only (ValueError on a CPU device); patches the model with
   ``liger_kernel``'s ``apply_liger_kernel_to_<model_type>`` (written, not run on CPU CI).
-- ``grad_scaler.enabled``: NotImplementedError (fp16 loss scaling is not supported; use bf16).
+- ``grad_scaler.*``: only the defaults are accepted (the config refuses fp16 loss scaling; use bf16).
 - ``strategy`` (fsdp / fsdp2): both run this FSDP2 path.
-- ``forward_prefetch``, ``limit_all_gathers``, ``backward_prefetch``, ``use_orig_params``:
-  accepted, no effect (FSDP1 options; FSDP2 prefetches one module ahead and keeps original
-  parameters by design).
+- ``forward_prefetch``: decoder layer i's forward issues layer i+1's all-gather;
+  ``backward_prefetch: pre``: layer i's backward issues layer i-1's all-gather (FSDP2's
+  ``set_modules_to_forward_prefetch`` / ``set_modules_to_backward_prefetch``); post / null keep
+  FSDP2's implicit one-ahead prefetch. Same numbers, another overlap.
+- ``limit_all_gathers`` false / ``use_orig_params`` false: cannot be granted (FSDP2 bounds its
+  all-gathers and shards the original parameters by design): named in a start-up note.
+
+Micro-batch weights: :attr:`FSDPEngine.token_weighted` (the actor sets it from
+``algorithm.use_valid_token_scale``): True = each micro-batch weighs its share of the minibatch's
+response tokens; False = every micro-batch of every rank weighs the same.
 
 Also read: ``actor.model.precision`` (master dtype), ``gradient_checkpointing``,
-``attn_implementation``, ``trust_remote_code``; ``actor.optim`` (AdamW for both ``adam`` and
+``attn_implementation``, ``trust_remote_code``, ``low_cpu_mem_usage``; ``actor.optim`` (AdamW for both ``adam`` and
 ``adamw``, as Megatron's Adam is decoupled; ``lr``, ``adam_beta1/2``, ``adam_eps``,
 ``weight_decay``, ``clip_grad`` with 0 = no clipping); ``actor.lr_sched`` (see
 :mod:`rlinf.engines.training.lr_schedule`); ``actor.seed``.
@@ -57,7 +65,9 @@ from rlinf.engines.training.fsdp_utils import (
     check_config,
     clip_grad_norm,
     dummy_batch,
+    build_optimizer,
     max_over_ranks,
+    sum_over_ranks,
     move_grads,
     move_optimizer_state,
     parse_dtype,
@@ -87,7 +97,7 @@ class FSDPEngine(TrainingEngine):
     def __init__(self, model_path: str, cfg: ActorConfig, *, temperature: float = 1.0,
                  device: torch.device | None = None, total_steps: int | None = None,
                  train_entropy: bool = True) -> None:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig
 
         if device is None:
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -109,8 +119,10 @@ class FSDPEngine(TrainingEngine):
 
         self.hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
         kwargs = {"attn_implementation": cfg.model.attn_implementation} if cfg.model.attn_implementation else {}
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=parse_dtype(cfg.model.precision),
-                                                     trust_remote_code=cfg.model.trust_remote_code, **kwargs)
+        model = self._load_model(model_path, dtype=parse_dtype(cfg.model.precision),
+                                 trust_remote_code=cfg.model.trust_remote_code,
+                                 low_cpu_mem_usage=cfg.model.low_cpu_mem_usage, **kwargs)
+        self.num_params = sum(p.numel() for p in model.parameters())
         self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
         if fc.use_liger_kernel:
             apply_liger(model)
@@ -126,11 +138,21 @@ class FSDPEngine(TrainingEngine):
         self._offloaded: set[str] = set()
 
         self.schedule = schedule_from_config(cfg.optim, cfg.lr_sched, total_steps)
-        o = cfg.optim
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=self.schedule.lr_at(0),
-                                           betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
-                                           weight_decay=o.weight_decay)
+        self.optimizer = build_optimizer(model.parameters(), cfg.optim, self.schedule.lr_at(0))
+        #: micro-batch weights: share of valid tokens (True) or equal (algorithm.use_valid_token_scale)
+        self.token_weighted = True
         self.step = 0  #: optimizer steps taken (the LR schedule position)
+
+    # ---- what the model is and what its forward returns (a value engine overrides both) ----------
+    def _load_model(self, model_path: str, **kwargs) -> torch.nn.Module:
+        """The HF model to train: a causal LM."""
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+
+    def _response_forward(self, mb: RolloutBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Per response token ``[b, R]``: the log-prob (and entropy) of ``mb`` (on the device)."""
+        return response_logprobs(self.model, mb, self.temperature, with_entropy, self.autocast_dtype)
 
     # ---- forward --------------------------------------------------------------------------------
     def _fsdp_modules(self) -> list[FSDPModule]:
@@ -156,8 +178,7 @@ class FSDPEngine(TrainingEngine):
         with torch.no_grad():
             for i in range(max_over_ranks(len(chunks), self.device)):
                 mb = chunks[i] if i < len(chunks) else dummy_batch(self.pad_token_id)
-                lp, ent = response_logprobs(self.model, batch_to(mb, self.device), self.temperature,
-                                            with_entropy and i < len(chunks), self.autocast_dtype)
+                lp, ent = self._response_forward(batch_to(mb, self.device), with_entropy and i < len(chunks))
                 if i < len(chunks):
                     logps.append(lp.cpu())
                     ents.append(ent.cpu() if ent is not None else None)
@@ -196,6 +217,8 @@ class FSDPEngine(TrainingEngine):
             raise ValueError(f"num_tokens_total={num_tokens_total} is below this rank's {local_tokens} "
                              "response tokens; pass the minibatch's token count summed over all ranks")
         total = max(num_tokens_total, 1)
+        if not self.token_weighted:  # every micro-batch of every rank weighs the same
+            total_mbs = sum_over_ranks(float(len(micro_batches)), self.device)
         accumulate = self.cfg.fsdp_config.enable_gradient_accumulation
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
@@ -205,17 +228,16 @@ class FSDPEngine(TrainingEngine):
             self.model.set_requires_gradient_sync(not accumulate or i == n - 1)
             if i < len(micro_batches):
                 mb = batch_to(micro_batches[i], self.device)
-                logp, ent = response_logprobs(self.model, mb, self.temperature, self.train_entropy,
-                                              self.autocast_dtype)
+                logp, ent = self._response_forward(mb, self.train_entropy)
                 loss, metrics = loss_fn(logp, ent, mb)
-                weight = micro_batches[i].num_response_tokens / total
+                weight = (micro_batches[i].num_response_tokens / total if self.token_weighted
+                          else 1.0 / total_mbs)
                 loss_sum += weight * to_float(loss)
                 for k, v in metrics.items():
                     sums[k] = sums.get(k, 0.0) + to_float(v)
                     counts[k] = counts.get(k, 0) + 1
             else:
-                logp, _ = response_logprobs(self.model, batch_to(dummy_batch(self.pad_token_id), self.device),
-                                            self.temperature, False, self.autocast_dtype)
+                logp, _ = self._response_forward(batch_to(dummy_batch(self.pad_token_id), self.device), False)
                 loss, weight = logp.sum() * 0.0, 0.0
             (loss * (weight * self.world_size)).backward()
         self.model.set_requires_gradient_sync(True)

@@ -63,9 +63,6 @@ def check_config(cfg: ActorConfig, device: torch.device) -> None:
     if fc.use_liger_kernel and device.type != "cuda":
         raise ValueError(f"actor.fsdp_config.use_liger_kernel=true needs a GPU (Liger kernels are Triton "
                          f"GPU kernels); this engine runs on {device}. Set it to false on CPU.")
-    if fc.grad_scaler.enabled:
-        raise NotImplementedError("actor.fsdp_config.grad_scaler.enabled=true (fp16 loss scaling) is not "
-                                  "supported by the FSDP2 engine; use bf16 mixed precision instead")
     if fc.strategy.lower() not in ("fsdp", "fsdp2"):
         raise ValueError(f"actor.fsdp_config.strategy must be fsdp or fsdp2, got {fc.strategy!r}")
 
@@ -101,6 +98,10 @@ def shard_model(model: torch.nn.Module, fc: FsdpConfig, device: torch.device, wo
     returns the mesh. See :mod:`rlinf.engines.training.fsdp` for what each key does."""
     mesh = build_mesh(device.type, world_size, fc.sharding_strategy, fc.fsdp_size)
     mp = fc.mixed_precision
+    buffer_dtype = parse_dtype(mp.buffer_dtype)
+    for buf in model.buffers():  # FSDP2's policy has no buffer dtype: cast before sharding
+        if buf.is_floating_point():
+            buf.data = buf.data.to(buffer_dtype)
     kwargs = dict(
         mesh=mesh,
         reshard_after_forward=fc.reshard_after_forward and fc.sharding_strategy != "shard_grad_op",
@@ -109,10 +110,40 @@ def shard_model(model: torch.nn.Module, fc: FsdpConfig, device: torch.device, wo
         offload_policy=(CPUOffloadPolicy(pin_memory=fc.offload_pin_memory)
                         if fc.cpu_offload and device.type != "cpu" else OffloadPolicy()),
     )
-    for layer in decoder_layers(model):
+    layers = decoder_layers(model)
+    for layer in layers:
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
+    set_prefetch(layers, fc.forward_prefetch, fc.backward_prefetch)
     return mesh
+
+
+def set_prefetch(layers: list, forward: bool, backward: str | None) -> None:
+    """``forward_prefetch``: layer i's forward issues layer i+1's all-gather; ``backward_prefetch:
+    pre``: layer i's backward issues layer i-1's all-gather (FSDP2's explicit prefetching)."""
+    for i, layer in enumerate(layers):
+        if forward and i + 1 < len(layers):
+            layer.set_modules_to_forward_prefetch([layers[i + 1]])
+        if backward == "pre" and i > 0:
+            layer.set_modules_to_backward_prefetch([layers[i - 1]])
+
+
+def build_optimizer(params, optim_cfg, lr: float) -> torch.optim.Optimizer:
+    """``actor.optim.optimizer``: adam and adamw both build AdamW (decoupled weight decay, as
+    Megatron's adam)."""
+    if optim_cfg.optimizer not in ("adam", "adamw"):
+        raise ValueError(f"actor.optim.optimizer: unknown optimizer {optim_cfg.optimizer!r}")
+    return torch.optim.AdamW(params, lr=lr, betas=(optim_cfg.adam_beta1, optim_cfg.adam_beta2),
+                             eps=optim_cfg.adam_eps, weight_decay=optim_cfg.weight_decay)
+
+
+def sum_over_ranks(value: float, device: torch.device) -> float:
+    """Sum of a number over all ranks (the value itself when not distributed)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t.item())
 
 
 def batch_to(batch: RolloutBatch, device: torch.device) -> RolloutBatch:

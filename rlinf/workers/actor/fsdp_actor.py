@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import time
 
 import torch
 
@@ -11,8 +11,10 @@ from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.fsdp import FSDPEngine
 from rlinf.scheduler import Worker
+from rlinf.workers.actor.flops import flops_metrics
 from rlinf.workers.actor.objectives import make_loss_fn
 from rlinf.workers.actor.sharding import micro_batches
+from rlinf.workers.engine_state import load_engine, save_engine
 
 #: The tensor link name the actor's rank 0 sends weights on (rollout ranks receive on it).
 WEIGHT_LINK = "actor_to_rollout"
@@ -41,6 +43,8 @@ class FSDPActorWorker(Worker):
                                  total_steps=total_steps, train_entropy=algorithm.calculate_entropy
                                  or algorithm.entropy_bonus > 0)
         self.loss_fn = make_loss_fn(algorithm)
+        self.engine.token_weighted = algorithm.use_valid_token_scale
+        self.calculate_flops = actor.calculate_flops
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
         # KL needs the initial policy: a frozen, sharded copy on the same ranks.
         self.reference = (FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
@@ -62,13 +66,18 @@ class FSDPActorWorker(Worker):
     def update(self, shard: RolloutBatch, minibatch_tokens: list[int]) -> dict[str, float]:
         """``n_minibatches`` optimizer steps over this rank's shard; metrics of the last one
         plus the means of all of them."""
+        started = time.perf_counter()
         chunks = shard.split(self.algorithm.n_minibatches)
         history: list[dict[str, float]] = []
         for chunk, tokens in zip(chunks, minibatch_tokens):
             mbs = micro_batches(chunk, self.algorithm.training_batch_size_per_gpu, self.max_tokens_per_mbs)
             history.append(self.engine.train_minibatch(mbs, self.loss_fn, max(tokens, 1)))
         keys = history[0].keys() if history else []
-        return {f"actor/{k}": sum(h[k] for h in history) / len(history) for k in keys}
+        out = {f"actor/{k}": sum(h[k] for h in history) / len(history) for k in keys}
+        if self.calculate_flops:
+            tokens = int(shard.model_inputs()[1].sum()) if shard.batch_size else 0
+            out.update(flops_metrics(self.engine.num_params, tokens, time.perf_counter() - started))
+        return out
 
     def send_weights(self) -> int:
         """Gather the full weights and (rank 0) send them over the weight link; returns bytes."""
@@ -77,15 +86,11 @@ class FSDPActorWorker(Worker):
 
     def save_checkpoint(self, path: str) -> None:
         """Model + optimizer + LR position (sharded DCP) and this rank's torch RNG state."""
-        self.engine.save_checkpoint(path)
-        torch.save(torch.get_rng_state(), os.path.join(path, f"rng_rank{self.rank}.pt"))
+        save_engine(self.engine, path, self.rank)
 
     def load_checkpoint(self, path: str) -> None:
         """Restore :meth:`save_checkpoint` (the RNG state too when this rank saved one)."""
-        self.engine.load_checkpoint(path)
-        rng = os.path.join(path, f"rng_rank{self.rank}.pt")
-        if os.path.isfile(rng):
-            torch.set_rng_state(torch.load(rng, weights_only=True))
+        load_engine(self.engine, path, self.rank)
 
     def export_hf(self, path: str) -> None:
         self.engine.export_hf(path)

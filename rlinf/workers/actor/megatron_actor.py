@@ -12,6 +12,8 @@ the worker behaves like the FSDP one.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from rlinf.config.actor import ActorConfig
@@ -20,6 +22,7 @@ from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.megatron.engine import MegatronEngine
 from rlinf.engines.training.megatron.inputs import gather_replica_batch
 from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
+from rlinf.workers.actor.flops import flops_metrics
 from rlinf.workers.actor.objectives import make_loss_fn
 from rlinf.workers.actor.sharding import micro_batches
 
@@ -48,6 +51,8 @@ class MegatronActorWorker(FSDPActorWorker):
                                      total_steps=total_steps,
                                      train_entropy=algorithm.calculate_entropy or algorithm.entropy_bonus > 0)
         self.loss_fn = make_loss_fn(algorithm)
+        self.engine.token_weighted = algorithm.use_valid_token_scale
+        self.calculate_flops = actor.calculate_flops
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
         self.reference = (MegatronEngine(model_path, actor, temperature=temperature, device=self.device,
                                          trainable=False)
@@ -71,6 +76,7 @@ class MegatronActorWorker(FSDPActorWorker):
     def update(self, shard: RolloutBatch, minibatch_tokens: list[int]) -> dict[str, float]:
         """``n_minibatches`` optimizer steps; minibatch ``i`` of a replica is the union of its
         ranks' ``i``-th chunks. Returns the means over the steps (the same on every rank)."""
+        started = time.perf_counter()
         chunks = shard.split(self.algorithm.n_minibatches)
         group, pad = self.engine.model_parallel_group, self.engine.pad_token_id
         history: list[dict[str, float]] = []
@@ -79,4 +85,8 @@ class MegatronActorWorker(FSDPActorWorker):
             mbs = micro_batches(replica, self.algorithm.training_batch_size_per_gpu, self.max_tokens_per_mbs)
             history.append(self.engine.train_minibatch(mbs, self.loss_fn, max(tokens, 1)))
         keys = history[0].keys() if history else []
-        return {f"actor/{k}": sum(h[k] for h in history) / len(history) for k in keys}
+        out = {f"actor/{k}": sum(h[k] for h in history) / len(history) for k in keys}
+        if self.calculate_flops:
+            tokens = int(shard.model_inputs()[1].sum()) if shard.batch_size else 0
+            out.update(flops_metrics(self.engine.num_params, tokens, time.perf_counter() - started))
+        return out

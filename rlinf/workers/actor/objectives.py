@@ -24,6 +24,7 @@ from rlinf.algorithms import (
     get_advantage_fn,
     masked_mean,
 )
+from rlinf.algorithms.rewards.shaping import clip_rewards, normalize_rewards
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.base import LossFn
@@ -39,11 +40,12 @@ def add_advantages(batch: RolloutBatch, algo: AlgorithmConfig) -> None:
         raise ValueError("the batch has no rewards yet: run the reward step before advantages")
     mask = batch.response_mask
     fn = get_advantage_fn(algo.adv_type)
+    batch.rewards = shape_rewards(batch.rewards, algo)
     kl_penalty = None
     if algo.kl_beta > 0 and algo.kl_in_reward and batch.ref_logprobs is not None:
         kl = compute_kl(batch.old_logprobs, batch.ref_logprobs, algo.kl_penalty_type)
         kl_penalty = algo.kl_beta * kl * mask
-    if algo.adv_type == "grpo":
+    if algo.adv_type in ("grpo", "rloo"):
         adv, ret = fn(batch.rewards, mask, algo.group_size, normalize_advantages=algo.normalize_advantages)
     elif algo.adv_type == "reinpp":
         adv, ret = fn(batch.rewards, mask, gamma=algo.gamma, kl_penalty=kl_penalty,
@@ -59,6 +61,16 @@ def add_advantages(batch: RolloutBatch, algo: AlgorithmConfig) -> None:
         adv, ret = fn(token_rewards, batch.values, mask, gamma=algo.gamma, lam=algo.lam,
                       normalize_advantages=algo.normalize_advantages)
     batch.advantages, batch.returns = adv, ret
+
+
+def shape_rewards(rewards: torch.Tensor, algo: AlgorithmConfig) -> torch.Tensor:
+    """``reward_clip`` then ``reward_norm`` (see :mod:`rlinf.algorithms.rewards.shaping`)."""
+    rewards = clip_rewards(rewards, algo.reward_clip)
+    norm = algo.reward_norm
+    if norm is not None:
+        rewards = normalize_rewards(rewards, norm.mean_level, norm.std_level, algo.group_size,
+                                    norm.mean_leave1out, norm.std_unbiased, norm.eps)
+    return rewards
 
 
 def make_loss_fn(algo: AlgorithmConfig) -> LossFn:

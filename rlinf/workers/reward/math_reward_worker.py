@@ -1,4 +1,7 @@
-"""The math reward worker: +reward_scale for a verified-correct boxed answer, -reward_scale else.
+"""The math reward worker: +reward_scale for a verified-correct boxed answer, -reward_scale else;
+plus, when configured, a learned reward model's score (``reward.use_reward_model``) and an LLM
+judge's score (``reward.judge``), combined with the weights ``reward.rule_weight``,
+``model_weight`` and ``judge_weight``.
 
 Example (without Ray, a worker is a plain object):
     >>> from rlinf.config.reward import RewardConfig
@@ -19,12 +22,33 @@ from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.scheduler import Worker
 
 
+class JudgeError(RuntimeError):
+    """The judge failed for a response and ``reward.judge.on_failure`` is stop."""
+
+
 class MathRewardWorker(Worker):
-    """Scores responses with math-verify in a small process pool (safe off the main thread)."""
+    """Scores responses with math-verify in a small process pool (safe off the main thread), the
+    reward model and the judge (see the module docstring)."""
 
     def __init__(self, cfg: RewardConfig, overlong_max_length: int | None = None,
-                 overlong_buffer_len: int = 0, overlong_penalty_factor: float = 1.0):
+                 overlong_buffer_len: int = 0, overlong_penalty_factor: float = 1.0,
+                 tokenizer_path: str | None = None, tokenizer_settings=None):
         self.cfg = cfg
+        self.tokenizer_source = (tokenizer_path, tokenizer_settings)
+        self._tokenizer = None
+        self.reward_model = None
+        if cfg.use_reward_model:
+            from rlinf.engines.reward_model import HFRewardModel
+
+            self.reward_model = HFRewardModel(cfg.model.model_path, micro_batch_size=cfg.model_micro_batch_size)
+        self.judge = None
+        if cfg.judge.enabled:
+            from rlinf.engines.judge.openai_client import ChatClient
+
+            j = cfg.judge
+            self.judge = ChatClient(cfg.openai_config.endpoint(j.task), max_connections=j.max_connections,
+                                    timeout_s=j.timeout_s, max_retries=j.max_retries, backoff_s=j.backoff_s,
+                                    max_tokens=j.max_tokens)
         self.verifier = MathVerifier(num_processes=cfg.verify_processes, timeout_s=cfg.verify_timeout_s)
         self.overlong = (overlong_max_length, overlong_buffer_len, overlong_penalty_factor)
 
@@ -34,10 +58,51 @@ class MathRewardWorker(Worker):
         rewards = scale_math_rewards(torch.tensor(correct), self.cfg.reward_scale)
         return rewards.tolist(), correct
 
+    def judge_scores(self, prompts: list[str], responses: list[str], answers: list[str]) -> tuple[list[float], dict]:
+        """The judge's score of each response in [0, 1] (the first number of its reply, clipped);
+        a failed request scores 0 and is counted, or raises :class:`JudgeError` with
+        ``on_failure: stop``."""
+        import re
+
+        template = self.cfg.judge.template
+        results = self.judge.complete_many([[{"role": "user", "content": template.format(
+            prompt=p, response=r, answer=a)}] for p, r, a in zip(prompts, responses, answers)])
+        scores, failures, unparsed = [], 0, 0
+        for res in results:
+            if res.error is not None:
+                if self.cfg.judge.on_failure == "stop":
+                    raise JudgeError(f"reward.judge: a request failed after {res.attempts} attempts: {res.error}")
+                failures += 1
+                scores.append(0.0)
+                continue
+            number = re.search(r"-?\d+(?:\.\d+)?", res.text)
+            if number is None:
+                unparsed += 1
+                scores.append(0.0)
+                continue
+            scores.append(min(max(float(number.group()), 0.0), 1.0))
+        n = max(len(results), 1)
+        return scores, {"reward/judge_failures": float(failures), "reward/judge_unparsed": float(unparsed),
+                        "reward/judge_attempts": sum(r.attempts for r in results) / n,
+                        "reward/judge_seconds": max((r.seconds for r in results), default=0.0)}
+
     def score_batch(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
-        """Set ``batch.rewards`` (plus the DAPO overlong penalty when configured); return metrics."""
-        rewards, correct = self.score(batch.texts, batch.answers)
-        rewards_t = torch.tensor(rewards, dtype=torch.float32)
+        """Set ``batch.rewards`` (the weighted sources, plus the DAPO overlong penalty when
+        configured); return metrics."""
+        texts = self.texts_of(batch)
+        rewards, correct = self.score(texts, batch.answers)
+        cfg, extra = self.cfg, {}
+        rewards_t = cfg.rule_weight * torch.tensor(rewards, dtype=torch.float32)
+        prompts = batch.prompt_texts or [""] * len(texts)
+        if self.reward_model is not None and texts:
+            rm = torch.tensor(self.reward_model.score(prompts, texts), dtype=torch.float32)
+            rewards_t = rewards_t + cfg.model_weight * rm
+            extra["reward/model_mean"] = float(rm.mean())
+        if self.judge is not None and texts:
+            judged, judge_metrics = self.judge_scores(prompts, texts, batch.answers)
+            js = torch.tensor(judged, dtype=torch.float32)
+            rewards_t = rewards_t + cfg.judge_weight * js
+            extra.update(judge_metrics, **{"reward/judge_mean": float(js.mean())})
         max_len, buffer, factor = self.overlong
         if buffer > 0 and max_len is not None:
             penalty = overlong_penalty(batch.response_lengths, max_len, buffer, factor)
@@ -45,8 +110,27 @@ class MathRewardWorker(Worker):
         batch.rewards = rewards_t
         batch.correct = torch.tensor(correct, dtype=torch.bool)
         n = max(len(correct), 1)
-        return batch, {"reward/accuracy": sum(correct) / n, "reward/mean": float(rewards_t.mean()),
-                       "reward/count": float(len(correct))}
+        return batch, {"reward/accuracy": sum(correct) / n, "reward/mean": float(rewards_t.mean()) if n else 0.0,
+                       "reward/count": float(len(correct)), **extra}
+
+    def texts_of(self, batch: RolloutBatch) -> list[str]:
+        """The responses as text: ``batch.texts`` when the rollout decoded them
+        (``rollout.detokenize``), else decoded here with the run's tokenizer."""
+        if batch.texts or not batch.batch_size:
+            return batch.texts
+        if self._tokenizer is None:
+            from rlinf.data.tokenizer import load_tokenizer
+
+            path, settings = self.tokenizer_source
+            if path is None:
+                raise ValueError("the batch has no texts (rollout.detokenize is false) and this reward "
+                                 "worker was given no tokenizer to decode them")
+            self._tokenizer = load_tokenizer(path, settings)
+        lengths = batch.response_lengths.tolist()
+        return self._tokenizer.batch_decode([ids[:n] for ids, n in zip(batch.response_ids.tolist(), lengths)],
+                                            skip_special_tokens=True)
 
     def close(self) -> None:
         self.verifier.close()
+        if self.judge is not None:
+            self.judge.close()

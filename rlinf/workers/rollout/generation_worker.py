@@ -9,6 +9,8 @@ Example (without Ray a worker is a plain object; ``model_dir`` holds an HF model
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from rlinf.config.algorithm import SamplingParams
@@ -17,6 +19,7 @@ from rlinf.data.prompt_dataset import PromptBatch
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.data.tokenizer import load_tokenizer
 from rlinf.engines.rollout.factory import make_rollout_engine
+from rlinf.engines.rollout.stops import cut_at_stop
 from rlinf.scheduler import Channel, Worker
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
 
@@ -28,35 +31,67 @@ class GenerationWorker(Worker):
         model_path: HF folder with the model (and its tokenizer unless ``tokenizer_path``).
         cfg: ``rollout:`` section (``backend`` picks the engine).
         tokenizer_path: tokenizer folder (``actor.tokenizer.tokenizer_model``); None = model_path.
+        tokenizer_settings: ``actor.tokenizer`` (use_fast, trust_remote_code, padding_side).
+
+    ``rollout.detokenize`` decides whether responses come back with their text (else the reward
+    decodes them), ``print_outputs`` prints each batch's first sample, ``validate_weight`` /
+    ``validate_save_dir`` check (and save) the weights of the first sync.
     """
 
-    def __init__(self, model_path: str, cfg: RolloutConfig, tokenizer_path: str | None = None):
-        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+    def __init__(self, model_path: str, cfg: RolloutConfig, tokenizer_path: str | None = None,
+                 tokenizer_settings=None):
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path, tokenizer_settings)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.engine = make_rollout_engine(cfg.engine_backend, model_path, cfg)
         self.policy_version = 0
 
     def generate(self, prompts: PromptBatch, sampling: SamplingParams, n: int,
-                 seed: int | None = None) -> RolloutBatch:
-        """``n`` responses per prompt, group-major, with behaviour log-probs and decoded text."""
+                 seed: int | None = None, chunk_prompts: int | None = None) -> RolloutBatch:
+        """``n`` responses per prompt, group-major, with behaviour log-probs (and text with
+        ``rollout.detokenize``); ``chunk_prompts`` prompts per engine call (chunk ``i`` samples
+        with seed ``seed + i``; None = all at once)."""
+        items = prompts.prompts
+        if chunk_prompts and len(items) > chunk_prompts:
+            parts = [self.generate(PromptBatch(items[s:s + chunk_prompts]), sampling, n,
+                                   None if seed is None else seed + i)
+                     for i, s in enumerate(range(0, len(items), chunk_prompts))]
+            return RolloutBatch.concat(parts, self.pad_token_id)
         if not prompts.prompts:  # an empty shard (more ranks than prompts)
             return RolloutBatch.from_token_lists([], [], self.pad_token_id, group_size=n,
                                                  policy_version=self.policy_version)
         gens = self.engine.generate(prompts.token_ids, sampling, n=n, seed=seed)
+        if sampling.stop:  # engines that generate past a stop string are cut at it here
+            for g in gens:
+                cut = cut_at_stop(g.token_ids, self.tokenizer, sampling.stop)
+                if cut is not None and cut < len(g.token_ids):
+                    g.token_ids, g.logprobs, g.finish_reason = g.token_ids[:cut], g.logprobs[:cut], "stop"
+                elif cut is not None:
+                    g.finish_reason = "stop"
         prompt_ids, responses, logprobs, texts, reasons, answers, groups = [], [], [], [], [], [], []
+        prompt_texts = []
         for g in gens:
             prompt = prompts.prompts[g.prompt_index]
             prompt_ids.append(list(prompt.token_ids))
             responses.append(g.token_ids)
             logprobs.append(g.logprobs)
-            texts.append(self.tokenizer.decode(g.token_ids, skip_special_tokens=True))
+            if self.cfg.detokenize or self.cfg.print_outputs and not texts:
+                texts.append(self.tokenizer.decode(g.token_ids, skip_special_tokens=True))
             reasons.append(g.finish_reason)
             answers.append(prompt.answer)
+            prompt_texts.append(prompt.text)
             groups.append(prompt.index)
+        if self.cfg.print_outputs:
+            prompt_text = self.tokenizer.decode(prompt_ids[0], skip_special_tokens=True)
+            print(f"[rollout rank {self.rank} v{self.policy_version}] {len(responses)} responses; first: "
+                  f"prompt {prompt_text!r} -> response {texts[0]!r} ({reasons[0]}); prompt ids "
+                  f"{prompt_ids[0]}, response ids {list(responses[0])}", flush=True)
+        if not self.cfg.detokenize:
+            texts = []
         return RolloutBatch.from_token_lists(
             prompt_ids, responses, self.pad_token_id, group_size=n, logprobs=logprobs,
-            answers=answers, texts=texts, finish_reasons=reasons,
+            answers=answers, texts=texts, finish_reasons=reasons, prompt_texts=prompt_texts,
             group_ids=torch.tensor(groups, dtype=torch.long), policy_version=self.policy_version)
 
     def generate_to_channel(self, prompts: PromptBatch, sampling: SamplingParams, n: int, seed: int,
@@ -75,8 +110,33 @@ class GenerationWorker(Worker):
         (``version`` when given — a resumed run continues its count — else the old one + 1)."""
         state = self.recv_tensors(WEIGHT_LINK)
         self.engine.load_weights(state.items())
+        if self.cfg.validate_weight and self.policy_version == 0:
+            self._validate_weights(state)
         self.policy_version = self.policy_version + 1 if version is None else version
         return self.policy_version
+
+    def _validate_weights(self, sent: dict[str, torch.Tensor]) -> None:
+        """``rollout.validate_weight``: every tensor the actor sent must now be in the engine, equal
+        up to the engine's dtype; rank 0 writes what it received to ``validate_save_dir``."""
+        held = self.engine.named_weights()
+        for name, value in sent.items():
+            if name not in held:
+                raise RuntimeError(f"rollout.validate_weight: the actor sent {name!r}, which the rollout "
+                                   "engine does not hold")
+            mine = held[name].detach().float().cpu()
+            theirs = value.detach().to(held[name].dtype).float().cpu()
+            if mine.shape != theirs.shape or not torch.equal(mine, theirs):
+                diff = (mine - theirs).abs().max().item() if mine.shape == theirs.shape else float("nan")
+                raise RuntimeError(f"rollout.validate_weight: {name!r} differs after the first sync (shape "
+                                   f"{tuple(mine.shape)} vs {tuple(theirs.shape)}, max |diff| {diff})")
+        if self.cfg.validate_save_dir and self.rank == 0:
+            from safetensors.torch import save_file
+
+            os.makedirs(self.cfg.validate_save_dir, exist_ok=True)
+            save_file({k: v.detach().cpu().contiguous() for k, v in sent.items()},
+                      os.path.join(self.cfg.validate_save_dir, "rollout_weights.safetensors"))
+        print(f"[rollout rank {self.rank}] validate_weight: {len(sent)} tensors match after the first sync",
+              flush=True)
 
     def offload(self) -> None:
         self.engine.offload()

@@ -25,7 +25,7 @@ from rlinf.config.actor import ActorModelConfig
 from rlinf.data.embodied_batch import Trajectory
 from rlinf.engines.simulators.base import EnvObs
 from rlinf.models.embodied import build_policy
-from rlinf.models.embodied.base import ObsSpec
+from rlinf.models.embodied.base import ObsSpec, PolicyOutput
 from rlinf.scheduler import Worker
 from rlinf.workers.actor.embodied_actor import POLICY_LINK
 from rlinf.workers.env.messages import ENV_POLICY_PIPE, ObsMessage, action_key, obs_key
@@ -82,12 +82,15 @@ class PolicyRolloutWorker(Worker):
     """
 
     def __init__(self, model: ActorModelConfig, obs_spec: ObsSpec, env_world_size: int, stages: int,
-                 temperature: float = 1.0, state_norm_clip: float | None = None):
+                 temperature: float = 1.0, state_norm_clip: float | None = None,
+                 max_prompt_length: int | None = None):
         self.state_norm_clip = state_norm_clip
         self.state_norm = (RunningMoments.create(obs_spec.state_dim)
                            if state_norm_clip is not None and obs_spec.state_dim > 0 else None)
         self.policy = build_policy(model, obs_spec, temperature=temperature)
+        self.policy.max_prompt_length = max_prompt_length  # VLAs: runner.max_prompt_length
         self.policy.to(self.device).eval()
+        self.forward_batch = model.val_micro_batch_size  # actor.model.val_micro_batch_size
         self.env_ranks = list(range(self.rank, env_world_size, self.world_size))
         self.stages = stages
         self.policy_version = 0
@@ -129,7 +132,7 @@ class PolicyRolloutWorker(Worker):
                 if record:
                     rec.observe(msg.obs)
                 if t < num_steps:
-                    out = self.policy.act(**inputs, deterministic=deterministic, generator=gen)
+                    out = self._act(inputs, deterministic, gen)
                     pipes[slot[0]].send(out.actions.cpu(), key=action_key(tag, *slot))
                     has_values = out.values is not None
                     if record:
@@ -142,6 +145,20 @@ class PolicyRolloutWorker(Worker):
         if not record:
             return None
         return Trajectory.concat_envs([records[slot].trajectory() for slot in slots])
+
+    def _act(self, inputs: dict, deterministic: bool, gen) -> PolicyOutput:
+        """``policy.act`` on at most ``actor.model.val_micro_batch_size`` envs per forward pass."""
+        n = next(v.shape[0] for v in inputs.values() if isinstance(v, torch.Tensor))
+        size = self.forward_batch
+        if not size or n <= size:
+            return self.policy.act(**inputs, deterministic=deterministic, generator=gen)
+        outs = []
+        for s in range(0, n, size):
+            part = {k: (v[s:s + size] if isinstance(v, torch.Tensor) or isinstance(v, list) else v)
+                    for k, v in inputs.items()}
+            outs.append(self.policy.act(**part, deterministic=deterministic, generator=gen))
+        return PolicyOutput(*(None if getattr(outs[0], f) is None else torch.cat([getattr(o, f) for o in outs])
+                              for f in ("actions", "raw_actions", "logprobs", "values", "entropy")))
 
     def _normalized(self, msg: ObsMessage, update: bool) -> ObsMessage:
         """``msg`` with normalised states (obs and final_obs) when state normalisation is on;

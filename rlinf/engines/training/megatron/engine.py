@@ -101,6 +101,8 @@ class MegatronEngine(TrainingEngine):
         self.tf_config = self.module.config
         self.model = self.module  # what the schedules run: the DDP wrapper when trainable
         self.optimizer = None
+        #: micro-batch weights: share of valid tokens (True) or equal (algorithm.use_valid_token_scale)
+        self.token_weighted = True
         if trainable:
             self.model = setup.wrap_ddp(self.module, cfg)
             self.schedule = schedule_from_config(cfg.optim, cfg.lr_sched, total_steps)
@@ -110,6 +112,16 @@ class MegatronEngine(TrainingEngine):
             self.module.requires_grad_(False)
         self.step = 0  #: optimizer steps taken (the LR schedule position)
         self._offloaded: dict[str, StorageOffloader] = {}
+
+    @property
+    def num_params(self) -> int:
+        """Parameters of the whole model (summed over this replica's tensor x pipeline ranks)."""
+        local = torch.tensor([sum(p.numel() for p in self.module.parameters())], dtype=torch.float64)
+        group = self.model_parallel_group
+        if group is not None:
+            local = local.to(self.device)
+            dist.all_reduce(local, group=group)
+        return int(local.item())
 
     @property
     def model_parallel_group(self):
@@ -243,7 +255,12 @@ class MegatronEngine(TrainingEngine):
         def loss_func(x, output):
             logp, ent = self._token_logprobs(output, x, self.train_entropy)
             loss, metrics = loss_fn(logp, ent, x.batch)
-            weight = x.batch.num_response_tokens / total if micro_batches else 0.0
+            if not micro_batches:
+                weight = 0.0
+            elif self.token_weighted:
+                weight = x.batch.num_response_tokens / total
+            else:  # algorithm.use_valid_token_scale false: each micro-batch weighs the same
+                weight = 1.0 / scale
             return loss * (weight * scale), {"loss": weight * to_float(loss), "metrics": metrics}
 
         collected = self._run(self._inputs(mbs), loss_func, forward_only=False)

@@ -27,14 +27,16 @@ def load_hf_config(model_path: str, cfg: ActorConfig):
 
     hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     try:
-        family_of(hf_config)
+        family = family_of(hf_config)
     except ConversionError as exc:
         raise ValueError(f"actor.training_backend: megatron cannot build {model_path}: {exc}") from None
     m = cfg.model
     expected = {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding_type": "rope",
-                "add_bias_linear": False}
+                "add_bias_linear": False, "add_qkv_bias": family.qkv_bias}
     for key, value in expected.items():
         given = getattr(m, key)
+        if given is None:  # add_qkv_bias null: the architecture's
+            continue
         if (given.lower() if isinstance(given, str) else given) != value:
             raise ValueError(f"actor.model.{key}={given!r} does not match {model_path} ({value}); the "
                              "Megatron model is built from the HF architecture")
@@ -56,12 +58,16 @@ def weights_folder(model_path: str, cfg: ActorConfig, device: torch.device) -> s
     box: list[Any] = [None]
     if dist.get_rank() == 0:
         ck = cfg.megatron.ckpt_config()
+        threads = torch.get_num_threads()
         try:
+            torch.set_num_threads(max(1, ck.process_num))  # actor.megatron.ckpt.process_num
             box[0] = str(converted_checkpoint(
                 ck.hf_model_path or model_path, ck.save_path, tp=cfg.model.tensor_model_parallel_size,
                 pp=cfg.model.pipeline_model_parallel_size, name=ck.model))
         except Exception as exc:  # the other ranks must not wait for a path that never comes
             box[0] = exc
+        finally:
+            torch.set_num_threads(threads)
     dist.broadcast_object_list(box, src=0, device=device if device.type == "cuda" else None)
     if isinstance(box[0], Exception):
         raise RuntimeError(f"actor.megatron.use_hf_ckpt: converting {model_path} failed: {box[0]}") from box[0]

@@ -219,6 +219,11 @@ class OpenVLAPolicy(EmbodiedPolicy):
         embed = self.language_model.get_input_embeddings()
         dev = self.device
         text, text_mask = batch_prompt_ids(self.tokenizer, self.ids, instructions)
+        limit = getattr(self, "max_prompt_length", None)
+        if limit is not None and text.shape[1] > limit:
+            longest = max(range(n), key=lambda i: int(text_mask[i].sum()))
+            raise ValueError(f"runner.max_prompt_length: the prompt of task {instructions[longest]!r} is "
+                             f"{int(text_mask[longest].sum())} tokens, more than {limit}")
         bos = embed(torch.full((n, 1), self.ids.bos, dtype=torch.long, device=dev))
         parts = [bos, self.patch_embeddings(images, wrist_images).to(bos.dtype)]
         if self.proprio_projector is not None:

@@ -1,0 +1,1 @@
+"""Clients of OpenAI-compatible chat endpoints used as judges (LLM-as-a-judge rewards)."""

@@ -1,0 +1,105 @@
+"""FSDP2 engine keys that change what runs: ``algorithm.use_valid_token_scale`` (micro-batch
+weights), ``fsdp_config.forward_prefetch`` / ``backward_prefetch`` (same numbers, other
+schedule), ``mixed_precision.buffer_dtype`` (buffers cast), ``actor.optim.optimizer``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(__file__))
+from fsdp_engine_helpers import (  # noqa: E402
+    TEMPERATURE, TOTAL_STEPS, free_port, loss_fn, make_batch, make_cfg, make_model_dir)
+
+
+def _scenarios(rank: int, port: int, model_dir: str, out: str) -> None:
+    import torch.distributed as dist
+
+    from rlinf.config.actor import MixedPrecisionConfig
+    from rlinf.engines.training.fsdp import FSDPEngine
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        batch = make_batch()
+        mbs = [batch.select([0, 1]), batch.select([2, 3, 4]), batch.select([5])]
+        res = {}
+
+        def engine(**fsdp):
+            return FSDPEngine(model_dir, make_cfg(**fsdp), temperature=TEMPERATURE, device=torch.device("cpu"),
+                              total_steps=TOTAL_STEPS)
+
+        eng = engine()
+        per_mb = []
+        for mb in mbs:  # each micro-batch's own loss under the initial weights
+            logp, ent = eng.compute_logprobs(mb, 8, with_entropy=True)
+            per_mb.append((float(loss_fn(logp, ent, mb)[0]), mb.num_response_tokens))
+        res["per_mb"] = per_mb
+        res["weighted"] = eng.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+        eq = engine()
+        eq.token_weighted = False
+        res["equal"] = eq.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+        res["num_params"] = eng.num_params
+        pre = engine(forward_prefetch=True, backward_prefetch="pre")
+        res["prefetch_loss"] = [pre.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+                                for _ in range(2)]
+        plain = engine()
+        res["plain_loss"] = [plain.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+                             for _ in range(2)]
+        bf = engine(mixed_precision=MixedPrecisionConfig(buffer_dtype="bf16"))
+        res["buffer_dtypes"] = sorted({str(b.dtype) for b in bf.model.buffers() if b.is_floating_point()})
+        res["param_dtypes"] = sorted({str(p.dtype) for p in bf.model.parameters()})
+        torch.save(res, os.path.join(out, "effects.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def res(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fsdp_effects")
+    model_dir = make_model_dir(str(d / "model"))
+    mp.spawn(_scenarios, args=(free_port(), model_dir, str(d)), nprocs=1, join=True)
+    return torch.load(d / "effects.pt", weights_only=False)
+
+
+def test_valid_token_scale_weighs_micro_batches_by_tokens_or_equally(res):
+    losses = [l for l, _ in res["per_mb"]]
+    tokens = [n for _, n in res["per_mb"]]
+    assert len(set(tokens)) > 1  # the micro-batches differ in size, so the two rules differ
+    weighted = sum(l * n for l, n in zip(losses, tokens)) / sum(tokens)
+    equal = sum(losses) / len(losses)
+    assert res["weighted"] == pytest.approx(weighted, rel=1e-5)
+    assert res["equal"] == pytest.approx(equal, rel=1e-5)
+    assert abs(weighted - equal) > 1e-4
+
+
+def test_prefetch_changes_the_schedule_not_the_numbers(res):
+    assert res["prefetch_loss"] == pytest.approx(res["plain_loss"], rel=1e-6)
+    assert res["plain_loss"][0] != res["plain_loss"][1]  # the step did train
+
+
+def test_buffer_dtype_casts_floating_buffers_only(res):
+    assert res["buffer_dtypes"] == ["torch.bfloat16"]
+    assert res["param_dtypes"] == ["torch.float32"]
+
+
+def test_num_params_counts_the_whole_model(res, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(make_model_dir(str(tmp_path / "m")))
+    assert res["num_params"] == sum(p.numel() for p in model.parameters())
+
+
+def test_unknown_optimizer_is_refused_by_name():
+    from rlinf.config.actor import OptimConfig
+    from rlinf.engines.training.fsdp_utils import build_optimizer
+
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    assert isinstance(build_optimizer(params, OptimConfig(optimizer="adam"), 0.1), torch.optim.AdamW)
+    with pytest.raises(ValueError, match="actor.optim.optimizer"):
+        build_optimizer(params, replace(OptimConfig(), optimizer="sgd"), 0.1)
