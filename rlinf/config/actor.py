@@ -87,9 +87,14 @@ class ActorModelConfig:
         policy_setup: embodied: SimplerEnv's robot setup (widowx_bridge, google_robot); the
             simulators here define their robots themselves, so it is only recorded (noted at start).
         image_size: embodied: input image size.
-        is_lora: embodied: train LoRA adapters instead of the full weights.
-        lora_rank: embodied: LoRA rank.
-        lora_path: embodied: LoRA adapter folder to start from.
+        is_lora: train LoRA adapters instead of the full weights (math: FSDP2 actors, PEFT layers
+            on lora_target_modules, everything else frozen, only the adapter in the optimizer;
+            weight sync and the HF export send merged weights; checkpoints also hold the adapter
+            in PEFT's layout. Embodied: openvla_oft, RLinf's adapter layout).
+        lora_rank: LoRA rank r.
+        lora_path: a PEFT LoRA adapter folder to start from (its rank, alpha and targets win).
+        lora_alpha: math: LoRA alpha (the update is scaled by alpha / r); null = lora_rank.
+        lora_target_modules: math: names (last dotted part) of the Linear layers that get LoRA.
         num_images_in_input: embodied: images per observation.
         attn_implementation: HF ``attn_implementation`` (e.g. sdpa, flash_attention_2); null = the
             model's default.
@@ -150,9 +155,12 @@ class ActorModelConfig:
         ("widowx_bridge", "google_robot"), "selects SimplerEnv's robot; ManiSkill and LIBERO define their own, "
         "so it is only recorded"))
     image_size: tuple[int, ...] = rule((), scope="embodied")
-    is_lora: bool = rule(False, scope="embodied")
-    lora_rank: int = rule(32, scope="embodied")
-    lora_path: str | None = rule(None, scope="embodied")
+    is_lora: bool = False
+    lora_rank: int = 32
+    lora_path: str | None = None
+    lora_alpha: float | None = rule(None, scope="math")
+    lora_target_modules: tuple[str, ...] = rule(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                 "down_proj"), scope="math")
     num_images_in_input: int = rule(1, scope="embodied")
     attn_implementation: str | None = None
     low_cpu_mem_usage: bool = True

@@ -49,6 +49,11 @@ class RunnerConfig:
             with algorithm.length_params.max_length, prompt + action tokens must fit in it. Math
             runs: use data.max_prompt_length.
         seed: global seed.
+        recover_mode: disabled, auto, fault or resume (AReaL's key): resume from / restart at the
+            run's latest complete checkpoint by itself (see :mod:`rlinf.runners.recovery`).
+        recover_retries: restarts allowed after failures (fault / auto).
+        save_interval_secs: also checkpoint when this many seconds have passed since the last
+            checkpoint (or the start), checked after each step; null = by step count only.
         export_hf: write the trained policy as an HF safetensors folder
             (``<output_dir>/<experiment_name>/huggingface``) at the end of training (our key).
         plot_curves: save ``curves.png`` (reward, accuracy, length per step) in
@@ -70,6 +75,9 @@ class RunnerConfig:
     only_eval: bool = False
     max_prompt_length: int | None = rule(None, scope="embodied")
     seed: int = 1234
+    recover_mode: Literal["disabled", "auto", "fault", "resume"] = "disabled"
+    recover_retries: int = 3
+    save_interval_secs: float | None = None
     export_hf: bool = True
     plot_curves: bool = True
 
@@ -81,5 +89,8 @@ class RunnerConfig:
             value = getattr(self, key)
             check(value == -1 or value >= 1, f"{path}.{key}", f"must be -1 (off) or >= 1, got {value}")
         check(self.seq_length >= 2, f"{path}.seq_length", f"must be >= 2, got {self.seq_length}")
+        check(self.recover_retries >= 0, f"{path}.recover_retries", f"must be >= 0, got {self.recover_retries}")
+        check(self.save_interval_secs is None or self.save_interval_secs > 0, f"{path}.save_interval_secs",
+              f"must be > 0 or null, got {self.save_interval_secs}")
         check(self.max_tokens_per_mbs >= 1, f"{path}.max_tokens_per_mbs",
               f"must be >= 1, got {self.max_tokens_per_mbs}")

@@ -37,6 +37,12 @@ def run_embodied(raw: Any, print_fn=print) -> dict[str, float]:
     Returns ``steps`` and, when evaluating, ``val/first_success_rate`` / ``val/last_success_rate``
     (or the eval metrics with ``runner.only_eval``).
     """
+    from rlinf.runners.recovery import run_with_recovery
+
+    return run_with_recovery(raw, _run_embodied_once, print_fn)
+
+
+def _run_embodied_once(raw: Any, print_fn=print) -> dict[str, float]:
     from rlinf.runners.preflight import prepare_embodied
 
     start = prepare_embodied(raw)

@@ -55,13 +55,20 @@ def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoade
 
 
 def run_math(raw: Any, print_fn=print) -> dict[str, float]:
-    """Run the math RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict).
+    """Run the math RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict), under
+    ``runner.recover_mode`` (:func:`~rlinf.runners.recovery.run_with_recovery`).
 
     Everything checkable before Ray is checked first (:func:`~rlinf.runners.preflight.prepare_math`).
 
     Returns the runner's summary: ``steps`` and, when validating, ``val/first_accuracy`` and
     ``val/last_accuracy``.
     """
+    from rlinf.runners.recovery import run_with_recovery
+
+    return run_with_recovery(raw, _run_math_once, print_fn)
+
+
+def _run_math_once(raw: Any, print_fn=print) -> dict[str, float]:
     from rlinf.runners.preflight import prepare_math
 
     start = prepare_math(raw)

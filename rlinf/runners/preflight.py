@@ -168,6 +168,12 @@ def prepare_math(raw: Any) -> MathStart:
                      "rollout.model.model_type")
     check_model_type(cfg.inference.model.model_type, cfg.inference.model.model_path or cfg.model_path,
                      "inference.model.model_type")
+    lora_path = cfg.actor.model.lora_path
+    if lora_path is not None:
+        if not cfg.actor.model.is_lora:
+            raise ConfigError("actor.model.lora_path", "set actor.model.is_lora: true to start from a LoRA adapter")
+        if not os.path.isfile(os.path.join(lora_path, "adapter_config.json")):
+            raise ConfigError("actor.model.lora_path", f"{lora_path!r} has no adapter_config.json (a PEFT LoRA folder)")
     if cfg.reward.use_reward_model:
         check_hf_folder(cfg.reward.model.model_path, "reward.model.model_path", tokenizer=True)
     if cfg.critic.use_critic_model:

@@ -8,6 +8,7 @@ A runner subclasses :class:`ScheduledRunner` and supplies ``train_step``, ``vali
 from __future__ import annotations
 
 import os
+import time
 from typing import Mapping
 
 from rlinf.config.runner import RunnerConfig
@@ -79,6 +80,7 @@ class ScheduledRunner:
         from tqdm import tqdm
 
         cfg = self.runner_cfg
+        last_save = time.monotonic()
         validating = cfg.val_check_interval > 0 and self.has_validation()
         if validating and self.step == 0:
             self.record({"step": 0.0, **self.validate()})
@@ -92,8 +94,10 @@ class ScheduledRunner:
                 self.record(metrics)
                 bar.set_postfix({name: f"{metrics[k]:.3f}" for name, k in self.BAR_KEYS.items() if k in metrics})
                 bar.update(1)
-                if cfg.save_interval > 0 and (self.step % cfg.save_interval == 0 or last):
+                by_time = cfg.save_interval_secs is not None and time.monotonic() - last_save >= cfg.save_interval_secs
+                if by_time or cfg.save_interval > 0 and (self.step % cfg.save_interval == 0 or last):
                     self.save_checkpoint()
+                    last_save = time.monotonic()
         return self.summary()
 
     def record(self, metrics: dict[str, float]) -> None:

@@ -208,3 +208,24 @@ def run_gpu(rank: int, port: int, model_dir: str, out_dir: str) -> None:
         torch.save(res, os.path.join(out_dir, "gpu.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def _world_of_one(rank: int, port: int, scenario, model_dir: str, out: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        torch.save(scenario(model_dir, out), os.path.join(out, "result.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_in_world_of_one(scenario, folder) -> tuple[dict, str]:
+    """``scenario(model_dir, out_dir) -> dict`` in a spawned process with a gloo group of one,
+    on a fresh tiny model; returns its dict and the model folder."""
+    import torch.multiprocessing as mp
+
+    model_dir = make_model_dir(os.path.join(str(folder), "model"))
+    mp.spawn(_world_of_one, args=(free_port(), scenario, model_dir, str(folder)), nprocs=1, join=True)
+    return torch.load(os.path.join(str(folder), "result.pt"), weights_only=False), model_dir

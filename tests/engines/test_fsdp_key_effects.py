@@ -10,61 +10,50 @@ from dataclasses import replace
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(__file__))
 from fsdp_engine_helpers import (  # noqa: E402
-    TEMPERATURE, TOTAL_STEPS, free_port, loss_fn, make_batch, make_cfg, make_model_dir)
+    TEMPERATURE, TOTAL_STEPS, loss_fn, make_batch, make_cfg, make_model_dir, run_in_world_of_one)
 
 
-def _scenarios(rank: int, port: int, model_dir: str, out: str) -> None:
-    import torch.distributed as dist
-
+def _scenarios(model_dir: str, out: str) -> dict:
     from rlinf.config.actor import MixedPrecisionConfig
     from rlinf.engines.training.fsdp import FSDPEngine
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        batch = make_batch()
-        mbs = [batch.select([0, 1]), batch.select([2, 3, 4]), batch.select([5])]
-        res = {}
+    batch = make_batch()
+    mbs = [batch.select([0, 1]), batch.select([2, 3, 4]), batch.select([5])]
+    res = {}
 
-        def engine(**fsdp):
-            return FSDPEngine(model_dir, make_cfg(**fsdp), temperature=TEMPERATURE, device=torch.device("cpu"),
-                              total_steps=TOTAL_STEPS)
+    def engine(**fsdp):
+        return FSDPEngine(model_dir, make_cfg(**fsdp), temperature=TEMPERATURE, device=torch.device("cpu"),
+                          total_steps=TOTAL_STEPS)
 
-        eng = engine()
-        per_mb = []
-        for mb in mbs:  # each micro-batch's own loss under the initial weights
-            logp, ent = eng.compute_logprobs(mb, 8, with_entropy=True)
-            per_mb.append((float(loss_fn(logp, ent, mb)[0]), mb.num_response_tokens))
-        res["per_mb"] = per_mb
-        res["weighted"] = eng.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
-        eq = engine()
-        eq.token_weighted = False
-        res["equal"] = eq.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
-        res["num_params"] = eng.num_params
-        pre = engine(forward_prefetch=True, backward_prefetch="pre")
-        res["prefetch_loss"] = [pre.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
-                                for _ in range(2)]
-        plain = engine()
-        res["plain_loss"] = [plain.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
-                             for _ in range(2)]
-        bf = engine(mixed_precision=MixedPrecisionConfig(buffer_dtype="bf16"))
-        res["buffer_dtypes"] = sorted({str(b.dtype) for b in bf.model.buffers() if b.is_floating_point()})
-        res["param_dtypes"] = sorted({str(p.dtype) for p in bf.model.parameters()})
-        torch.save(res, os.path.join(out, "effects.pt"))
-    finally:
-        dist.destroy_process_group()
+    eng = engine()
+    per_mb = []
+    for mb in mbs:  # each micro-batch's own loss under the initial weights
+        logp, ent = eng.compute_logprobs(mb, 8, with_entropy=True)
+        per_mb.append((float(loss_fn(logp, ent, mb)[0]), mb.num_response_tokens))
+    res["per_mb"] = per_mb
+    res["weighted"] = eng.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+    eq = engine()
+    eq.token_weighted = False
+    res["equal"] = eq.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+    res["num_params"] = eng.num_params
+    pre = engine(forward_prefetch=True, backward_prefetch="pre")
+    res["prefetch_loss"] = [pre.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+                            for _ in range(2)]
+    plain = engine()
+    res["plain_loss"] = [plain.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
+                         for _ in range(2)]
+    bf = engine(mixed_precision=MixedPrecisionConfig(buffer_dtype="bf16"))
+    res["buffer_dtypes"] = sorted({str(b.dtype) for b in bf.model.buffers() if b.is_floating_point()})
+    res["param_dtypes"] = sorted({str(p.dtype) for p in bf.model.parameters()})
+    return res
 
 
 @pytest.fixture(scope="module")
 def res(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fsdp_effects")
-    model_dir = make_model_dir(str(d / "model"))
-    mp.spawn(_scenarios, args=(free_port(), model_dir, str(d)), nprocs=1, join=True)
-    return torch.load(d / "effects.pt", weights_only=False)
+    return run_in_world_of_one(_scenarios, tmp_path_factory.mktemp("fsdp_effects"))[0]
 
 
 def test_valid_token_scale_weighs_micro_batches_by_tokens_or_equally(res):

@@ -124,6 +124,12 @@ class FSDPEngine(TrainingEngine):
                                  low_cpu_mem_usage=cfg.model.low_cpu_mem_usage, **kwargs)
         self.num_params = sum(p.numel() for p in model.parameters())
         self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
+        self.lora_config = None  # actor.model.is_lora: PEFT layers in place, the rest frozen
+        if cfg.model.is_lora:
+            from rlinf.engines.training.lora import inject_lora
+
+            self.lora_config = inject_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha,
+                                           cfg.model.lora_target_modules, cfg.model.lora_path)
         if fc.use_liger_kernel:
             apply_liger(model)
         model.config.use_cache = False
@@ -138,7 +144,8 @@ class FSDPEngine(TrainingEngine):
         self._offloaded: set[str] = set()
 
         self.schedule = schedule_from_config(cfg.optim, cfg.lr_sched, total_steps)
-        self.optimizer = build_optimizer(model.parameters(), cfg.optim, self.schedule.lr_at(0))
+        self.optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg.optim,
+                                         self.schedule.lr_at(0))
         #: micro-batch weights: share of valid tokens (True) or equal (algorithm.use_valid_token_scale)
         self.token_weighted = True
         self.step = 0  #: optimizer steps taken (the LR schedule position)
@@ -259,13 +266,34 @@ class FSDPEngine(TrainingEngine):
         """Full weights with HF names, on the CPU, in the master dtype. Collective; rank 0 gets the
         tensors, other ranks get ``{}``."""
         self.onload()
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.lora_config is not None and state:
+            from rlinf.engines.training.lora import merge_lora_state
+
+            state = merge_lora_state(state, self.lora_config)
+        return state
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """The LoRA tensors, unsharded, on the CPU (collective; every rank gets them)."""
+        out = {}
+        for name, p in self.model.named_parameters():
+            if ".lora_" in name:
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                out[name] = full.detach().cpu()
+        return out
 
     def save_checkpoint(self, path: str) -> None:
         """Sharded DCP checkpoint of model + optimizer in ``path`` (a folder every rank can reach),
         plus the step counter (= LR-schedule position). Collective."""
         self.onload()
         save_sharded(self.model, self.optimizer, path, self.step)
+        if self.lora_config is not None:  # the adapter alone, in PEFT's layout, next to the shards
+            from rlinf.engines.training.lora import write_adapter
+
+            adapter = self.adapter_state_dict()
+            if self.rank == 0:
+                write_adapter(adapter, self.lora_config, os.path.join(path, "lora_adapter"))
+            dist.barrier()
 
     def load_checkpoint(self, path: str) -> None:
         """Restore :meth:`save_checkpoint`'s state (DCP reshards, so the world size may differ).

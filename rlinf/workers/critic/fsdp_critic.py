@@ -36,7 +36,8 @@ def critic_engine_config(actor: ActorConfig, critic: CriticConfig) -> ActorConfi
     optim = critic.optim or actor.optim
     lr = critic.lr or actor.optim.value_lr or optim.lr
     return replace(actor, optim=replace(optim, lr=lr, min_lr=min(optim.min_lr, lr)),
-                   lr_sched=critic.lr_sched or actor.lr_sched)
+                   lr_sched=critic.lr_sched or actor.lr_sched,
+                   model=replace(actor.model, is_lora=False, lora_path=None))  # the critic trains in full
 
 
 def value_loss_fn(value_clip: float | None, loss_agg_func: str):

@@ -1,0 +1,99 @@
+"""``runner.recover_mode``: a worker killed mid-run restarts the run from its last complete
+checkpoint and the metrics continue from there; ``resume`` picks the run's latest checkpoint by
+itself (and refuses when there is none); checkpoints by wall time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray.cloudpickle
+
+from rlinf.utils.metric_logger import read_metrics
+from rlinf.utils.typed_config import ConfigError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
+from test_math_runner_features import base_config, with_dirs  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+pytestmark = pytest.mark.ray
+
+
+def _pid_of(group: str, rank: int) -> int | None:
+    want = {f"RLINF_GROUP_NAME={group}".encode(), f"RANK={rank}".encode()}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if want <= set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")):
+                    return int(pid)
+            except OSError:
+                continue
+    return None
+
+
+def _kill_after(metrics: Path, step: int, group: str, killed: list) -> threading.Thread:
+    def run():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if metrics.is_file() and any(r["step"] >= step for r in read_metrics(str(metrics))):
+                pid = _pid_of(group, 0)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_killed_worker_restarts_the_run_from_its_last_checkpoint(ray_cluster, tmp_path):
+    from rlinf.runners.math_main import run_math
+
+    model = tiny_model_with_tokenizer(tmp_path / "model")
+    cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,
+                                runner={"max_steps": 4, "save_interval": 1, "recover_mode": "fault",
+                                        "recover_retries": 2, "export_hf": False, "plot_curves": False}),
+                    tmp_path / "a")
+    killed: list[int] = []
+    lines: list[str] = []
+    thread = _kill_after(tmp_path / "a" / "t" / "metrics.jsonl", 2, "RolloutGroup", killed)
+    summary = run_math(cfg, print_fn=lambda *a: lines.append(" ".join(map(str, a))))
+    thread.join(5)
+    assert killed, "the test never killed the rollout worker"
+    assert summary["steps"] == 4
+    recovered = [line for line in lines if "recover_mode fault" in line]
+    assert len(recovered) == 1 and "RolloutGroup[0]" in recovered[0] and "global_step_" in recovered[0]
+    steps = [int(r["step"]) for r in read_metrics(str(tmp_path / "a" / "t" / "metrics.jsonl"))]
+    assert steps == [1, 2, 3, 4]  # continued from the checkpoint, nothing logged twice
+    assert (tmp_path / "a" / "t" / "checkpoints" / "global_step_4" / "trainer_state.json").is_file()
+
+    # resume: the same run, two more steps, picks global_step_4 by itself
+    more = with_dirs(cfg, tmp_path / "a")
+    more["runner"].update(recover_mode="resume", max_steps=5, max_epochs=2)
+    lines.clear()
+    summary = run_math(more, print_fn=lambda *a: lines.append(" ".join(map(str, a))))
+    assert summary["steps"] == 5 and any("resuming from" in line and "global_step_4" in line for line in lines)
+    steps = [int(r["step"]) for r in read_metrics(str(tmp_path / "a" / "t" / "metrics.jsonl"))]
+    assert steps == [1, 2, 3, 4, 5]
+
+
+def test_resume_without_a_checkpoint_is_refused_and_time_checkpoints_are_taken(ray_cluster, tmp_path):
+    from rlinf.runners.math_main import run_math
+
+    model = tiny_model_with_tokenizer(tmp_path / "model")
+    cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,
+                                runner={"max_steps": 2, "recover_mode": "resume", "export_hf": False}), tmp_path / "b")
+    with pytest.raises(ConfigError, match="runner.recover_mode: resume: no complete checkpoint"):
+        run_math(cfg, print_fn=lambda *_: None)
+    cfg["runner"].update(recover_mode="auto", save_interval_secs=1e-3)  # auto: no checkpoint = a fresh run
+    assert run_math(cfg, print_fn=lambda *_: None)["steps"] == 2
+    assert sorted(os.listdir(tmp_path / "b" / "t" / "checkpoints")) == ["global_step_1", "global_step_2"]
