@@ -54,14 +54,15 @@ class OpenAIConfig:
     blocking_detection: OpenAIEndpointConfig = field(default_factory=OpenAIEndpointConfig)
     evaluation: OpenAIEndpointConfig = field(default_factory=OpenAIEndpointConfig)
 
-    def endpoint(self, task: str):
-        """The :class:`~rlinf.engines.judge.openai_client.Endpoint` of ``task`` (its override over
-        the defaults)."""
-        from rlinf.engines.judge.openai_client import Endpoint
+    def endpoint(self, task: str) -> OpenAIEndpointConfig:
+        """The endpoint of ``task``: its override over the defaults, every field filled.
 
+        >>> OpenAIConfig(model="m", base_url="u", evaluation=OpenAIEndpointConfig(model="judge")).endpoint("evaluation")
+        OpenAIEndpointConfig(model='judge', openai_api_key_env_var='OPENAI_API_KEY', base_url='u')
+        """
         own = getattr(self, task)
-        return Endpoint(own.base_url or self.base_url, own.model or self.model,
-                        own.openai_api_key_env_var or self.openai_api_key_env_var)
+        return OpenAIEndpointConfig(own.model or self.model, own.openai_api_key_env_var or self.openai_api_key_env_var,
+                                    own.base_url or self.base_url)
 
 
 @dataclass(frozen=True)

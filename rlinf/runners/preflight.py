@@ -148,7 +148,7 @@ def prepare_math(raw: Any) -> MathStart:
     """
     from rlinf.config.math import MathConfig
     from rlinf.data.tokenizer import load_tokenizer
-    from rlinf.runners.math_main import build_loaders
+    from rlinf.runners.math.main import build_loaders
     from rlinf.scheduler.cluster import check_cluster_before_start
 
     cfg = MathConfig.from_dict(raw, check_paths=False) if isinstance(raw, dict) else MathConfig.from_hydra(raw, check_paths=False)

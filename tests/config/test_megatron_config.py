@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlinf.config import ConfigError
-from rlinf.runners import math_groups
+from rlinf.runners.math import groups as math_groups
 from test_math_config import parse, with_change  # the reference YAML (training_backend megatron)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))

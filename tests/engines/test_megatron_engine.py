@@ -63,7 +63,7 @@ def make_batch() -> RolloutBatch:
 
 
 def with_advantages(batch: RolloutBatch, old_logprobs: torch.Tensor) -> RolloutBatch:
-    from rlinf.workers.actor.objectives import add_advantages
+    from rlinf.objectives.llm import add_advantages
 
     batch.old_logprobs = old_logprobs
     add_advantages(batch, ALGO)
@@ -105,7 +105,7 @@ def single_process(model: str, cache: str, out_dir: str) -> dict:
     from rlinf.engines.training.fsdp import FSDPEngine
     from rlinf.engines.training.fsdp_utils import response_logprobs
     from rlinf.engines.training.megatron.engine import MegatronEngine
-    from rlinf.workers.actor.objectives import make_loss_fn
+    from rlinf.objectives.llm import make_loss_fn
     from transformers import AutoModelForCausalLM
 
     cpu = torch.device("cpu")
@@ -210,7 +210,7 @@ def parallel_layouts(model: str, cache: str, out: str) -> dict:
     from rlinf.engines.training.megatron import checkpoint_io
     from rlinf.engines.training.megatron.convert import megatron_to_hf
     from rlinf.engines.training.megatron.engine import MegatronEngine
-    from rlinf.workers.actor.objectives import make_loss_fn
+    from rlinf.objectives.llm import make_loss_fn
 
     results = {}
     for name, tp, pp in (("dp2", 1, 1), ("tp2", 2, 1), ("pp2", 1, 2)):

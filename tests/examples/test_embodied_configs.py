@@ -92,7 +92,7 @@ def test_tiny_cpu_variant_changes_only_the_scale_of_its_gpu_config(gpu):
 
 def _tiny_run(name, tmp_path, lora: bool):
     from rlinf.models.embodied.openvla.tiny import write_tiny_lora, write_tiny_openvla
-    from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.embodied.main import run_embodied
 
     base = write_tiny_openvla(tmp_path / "vla", identity_stats=True)
     overrides = [f"runner.output_dir={tmp_path / 'out'}", f"actor.model.model_path={base}",

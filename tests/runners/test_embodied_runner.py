@@ -39,7 +39,7 @@ def toy_config(tmp_path, placement, accelerators, *, adv="gae", stages=2, chunks
 
 
 def test_ppo_with_gae_two_stages_hybrid_placement(ray_cluster, tmp_path):
-    from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.embodied.main import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, video=True)
     summary = run_embodied(cfg, print_fn=lambda *_: None)
@@ -59,7 +59,7 @@ def test_ppo_with_gae_two_stages_hybrid_placement(ray_cluster, tmp_path):
 def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, tmp_path):
     """max_head_offpolicyness 1: each update after the first learns from the previous policy
     version's rollout; evaluations and checkpoints collect the rollout in flight first."""
-    from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.embodied.main import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, max_steps=4,
                      val_check_interval=2, save_interval=2, video=True)
@@ -82,7 +82,7 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
 
 
 def test_grpo_with_action_chunks_and_fixed_reset_groups(ray_cluster, tmp_path):
-    from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.embodied.main import run_embodied
 
     cfg = toy_config(tmp_path, {"env,rollout": "0", "actor": "0"}, 1, adv="grpo", stages=1, chunks=2,
                      group=4)
@@ -98,7 +98,7 @@ def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp
     acting on the toy task's camera image and instruction, K=2 chunks of A=2 actions, a GRPO step
     and a PPO step."""
     from rlinf.models.embodied.openvla.tiny import TINY_UNNORM_KEY, write_tiny_openvla
-    from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.embodied.main import run_embodied
 
     vla = write_tiny_openvla(tmp_path / "vla", action_dim=2, identity_stats=True)
     for adv in ("grpo", "gae"):
@@ -124,7 +124,7 @@ def test_env_worker_dying_mid_rollout_fails_the_rollout_worker_at_once(ray_clust
     import ray
 
     from rlinf.config.embodied import EmbodiedConfig
-    from rlinf.runners.embodied_runner import launch_embodied_groups
+    from rlinf.runners.embodied.loop import launch_embodied_groups
     from rlinf.scheduler import PeerDiedError
 
     cfg = EmbodiedConfig.from_dict(toy_config(tmp_path, {"env": "0-1", "rollout": "2", "actor": "3"}, 4))
@@ -154,7 +154,7 @@ def test_a_killed_idle_rollout_worker_is_named_when_the_weight_sync_fails(ray_cl
     import signal
 
     from rlinf.config.embodied import EmbodiedConfig
-    from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+    from rlinf.runners.embodied.loop import EmbodiedRunner, launch_embodied_groups
     from rlinf.scheduler import WorkerDiedError
 
     cfg = EmbodiedConfig.from_dict(toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "2"}, 3))
@@ -174,7 +174,7 @@ def test_a_killed_idle_rollout_worker_is_named_when_the_weight_sync_fails(ray_cl
 def test_env_offload_releases_simulators_between_rollouts_when_sharing_the_actor_device(
         ray_cluster, tmp_path, offload):
     from rlinf.config.embodied import EmbodiedConfig
-    from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+    from rlinf.runners.embodied.loop import EmbodiedRunner, launch_embodied_groups
 
     raw = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2)  # env shares slot 0
     raw["env"]["enable_offload"] = offload
@@ -198,7 +198,7 @@ def test_env_offload_releases_simulators_between_rollouts_when_sharing_the_actor
 def test_state_normalisation_target_kl_and_minibatch_advantages_on_one_actor_process(ray_cluster, tmp_path):
     import torch
 
-    from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.embodied.main import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2)
     cfg["rollout"].update(normalize_states=True, state_norm_clip=5.0)

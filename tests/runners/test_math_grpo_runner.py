@@ -10,8 +10,8 @@ import ray.cloudpickle
 
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
-from rlinf.runners.math_groups import launch_math_groups
-from rlinf.runners.math_grpo import MathGRPORunner
+from rlinf.runners.math.groups import launch_math_groups
+from rlinf.runners.math.loop import MathGRPORunner
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "workers"))
 from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402

@@ -20,9 +20,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.skipif(importlib.util.find_spec("vllm
 
 def test_vllm_rollout_follows_the_actor_after_a_step(ray_cluster, tmp_path):
     from rlinf.engines.rollout.hf import HFRolloutEngine
-    from rlinf.runners.math_groups import launch_math_groups
-    from rlinf.runners.math_grpo import MathGRPORunner
-    from rlinf.runners.math_main import build_loaders
+    from rlinf.runners.math.groups import launch_math_groups
+    from rlinf.runners.math.loop import MathGRPORunner
+    from rlinf.runners.math.main import build_loaders
     from toolkits.tiny_math.make_model import make_model
 
     model = str(make_model(tmp_path / "model"))

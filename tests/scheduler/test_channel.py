@@ -253,3 +253,21 @@ def test_payload_types_identity_and_small_views(ray_cluster):
     assert got["twice"][0] is got["twice"][1] and torch.equal(got["twice"][0], big)
     assert got["ordered"]["a"] is got["obs"].image  # one tensor object per tensor sent
     assert torch.equal(got["view"], item["view"])
+
+
+def test_close_ends_the_channel_for_every_handle(ray_cluster):
+    from rlinf.scheduler.channel.channel import ChannelClosedError
+
+    ch = Channel.create("closing-test")
+    ch.put(1)
+    other = Channel.connect("closing-test")
+    assert other.get(timeout=10) == 1
+    ch.close()
+    ch.close()  # twice is harmless
+    with pytest.raises(ChannelClosedError, match="closing-test"):
+        ch.put(2)
+    with pytest.raises(ChannelClosedError):
+        other.qsize()
+    again = Channel.create("closing-test")  # the name is free again
+    assert again.qsize() == 0
+    again.close()

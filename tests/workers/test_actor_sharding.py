@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlinf.data.rollout_batch import RolloutBatch
-from rlinf.workers.actor.sharding import micro_batches, plan_update
+from rlinf.objectives.batching import micro_batches, plan_update
 
 
 def batch_with_lengths(lengths):

@@ -19,8 +19,8 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl  # noqa: E402
-from rlinf.runners import math_groups  # noqa: E402
-from rlinf.runners.math_grpo import MathGRPORunner  # noqa: E402
+from rlinf.runners.math import groups as math_groups  # noqa: E402
+from rlinf.runners.math.loop import MathGRPORunner  # noqa: E402
 from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
 from test_megatron_actor_worker import ShimmedMegatronActor  # noqa: E402
 

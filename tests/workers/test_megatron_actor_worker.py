@@ -18,8 +18,8 @@ from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.scheduler import TensorLink, WorkerGroup, plan_placement
 from rlinf.utils.typed_config import parse_section
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
-from rlinf.workers.actor.objectives import add_advantages
-from rlinf.workers.actor.sharding import plan_update
+from rlinf.objectives.llm import add_advantages
+from rlinf.objectives.batching import plan_update
 
 pytest.importorskip("megatron.core")
 import megatron_cpu_shim  # noqa: E402  (tests/ is on sys.path: conftest.py)

@@ -9,7 +9,7 @@ import torch
 
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
-from rlinf.workers.actor.objectives import add_advantages, make_loss_fn
+from rlinf.objectives.llm import add_advantages, make_loss_fn
 
 
 def batch_of(rewards, group_size=2):
@@ -71,7 +71,7 @@ def test_llm_gae_advantages_match_a_hand_computation():
 
     from rlinf.config.algorithm import AlgorithmConfig
     from rlinf.data.rollout_batch import RolloutBatch
-    from rlinf.workers.actor.objectives import add_advantages
+    from rlinf.objectives.llm import add_advantages
 
     batch = RolloutBatch.from_token_lists([[1], [1]], [[5, 6, 7], [8, 9]], pad_token_id=0)
     batch.rewards = torch.tensor([1.0, -1.0])

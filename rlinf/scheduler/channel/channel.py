@@ -105,10 +105,19 @@ class Channel:
     def __reduce__(self):
         return (Channel, (self.name, self._actor))
 
+    def close(self) -> None:
+        """End the channel: its actor is stopped and every item still queued is dropped; later
+        calls on any handle raise :class:`ChannelClosedError`. Closing twice is harmless."""
+        import ray
+
+        if self._actor is not None:
+            ray.kill(self._actor)
+            self._actor = None
+
     # ---- blocking API ---------------------------------------------------------------------
     def declare_queue(self, key: str, maxsize: int) -> None:
         """Set the capacity of sub-queue ``key`` (the reference's ``queue_size``; 0 = unbounded)."""
-        self._call(self._actor.declare.remote(key, maxsize))
+        self._call(self._live().declare.remote(key, maxsize))
 
     def put(self, item: Any, key: str = "default", weight: float = 1.0,
             timeout: float | None = None) -> None:
@@ -120,7 +129,7 @@ class Channel:
         """
         check_weight(weight)
         rid = uuid.uuid4().hex
-        ref = self._actor.put.remote(key, pack(item, _me()), weight, timeout, rid)
+        ref = self._live().put.remote(key, pack(item, _me()), weight, timeout, rid)
         try:
             ok = self._call(ref)
         except BaseException:
@@ -146,7 +155,7 @@ class Channel:
         deadline = _Deadline(timeout)
         while True:
             rid = uuid.uuid4().hex
-            ref = self._actor.get_batch.remote(key, count, target_weight, deadline.next_slice(), rid)
+            ref = self._live().get_batch.remote(key, count, target_weight, deadline.next_slice(), rid)
             try:
                 got = self._call(ref)
             except BaseException:  # interrupted: what the channel handed out must not vanish
@@ -159,11 +168,11 @@ class Channel:
 
     def qsize(self, key: str = "default") -> int:
         """Items waiting in ``key``."""
-        return self._call(self._actor.qsize.remote(key))
+        return self._call(self._live().qsize.remote(key))
 
     def stats(self) -> dict:
         """Per key: queued, blocked_puts, waiting_gets, total_put, total_got."""
-        return self._call(self._actor.stats.remote())
+        return self._call(self._live().stats.remote())
 
     # ---- async API ------------------------------------------------------------------------
     async def async_put(self, item: Any, key: str = "default", weight: float = 1.0,
@@ -172,7 +181,7 @@ class Channel:
         on a full queue is withdrawn; one the channel already accepted stays (never twice)."""
         check_weight(weight)
         rid = uuid.uuid4().hex
-        ref = self._actor.put.remote(key, pack(item, _me()), weight, timeout, rid)
+        ref = self._live().put.remote(key, pack(item, _me()), weight, timeout, rid)
         try:
             ok = await self._acall(ref)
         except asyncio.CancelledError:
@@ -194,7 +203,7 @@ class Channel:
         deadline = _Deadline(timeout)
         while True:
             rid = uuid.uuid4().hex
-            ref = self._actor.get_batch.remote(key, count, target_weight, deadline.next_slice(), rid)
+            ref = self._live().get_batch.remote(key, count, target_weight, deadline.next_slice(), rid)
             try:
                 got = await self._acall(ref)
             except asyncio.CancelledError:
@@ -212,10 +221,16 @@ class Channel:
         except PayloadLostError as err:
             keep = [pair for i, pair in enumerate(pairs) if i not in err.lost]
             if keep:
-                self._call(self._actor.requeue_front.remote(key, keep))
+                self._call(self._live().requeue_front.remote(key, keep))
             raise PayloadLostError(
                 f"{err} ({len(err.lost)} item(s) lost; the batch's other {len(keep)} item(s) "
                 f"were put back at the front of {self.name}/{key})", err.lost) from None
+
+    def _live(self):
+        """The channel actor; :class:`ChannelClosedError` once :meth:`close` was called here."""
+        if self._actor is None:
+            raise ChannelClosedError(f"channel {self.name!r} is closed")
+        return self._actor
 
     def _call(self, ref):
         import ray

@@ -3,7 +3,7 @@
 parallelism).
 
 The driver treats both actors alike: it cuts each step's batch into one shard per rank
-(:func:`rlinf.workers.actor.sharding.plan_update`) and gets one result per shard. Megatron needs
+(:func:`rlinf.objectives.batching.plan_update`) and gets one result per shard. Megatron needs
 every rank of a data-parallel replica (its ``tp * pp`` ranks) to compute on the same samples, so
 the worker first gathers its replica's shards (the union is that replica's data), runs the engine
 on the union, and returns its own shard's rows. With ``tp = pp = 1`` the gather is a no-op and
@@ -23,8 +23,8 @@ from rlinf.engines.training.megatron.engine import MegatronEngine
 from rlinf.engines.training.megatron.inputs import gather_replica_batch
 from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
 from rlinf.workers.actor.flops import flops_metrics
-from rlinf.workers.actor.objectives import make_loss_fn
-from rlinf.workers.actor.sharding import micro_batches
+from rlinf.objectives.llm import make_loss_fn
+from rlinf.objectives.batching import micro_batches
 
 
 class MegatronActorWorker(FSDPActorWorker):

@@ -1,7 +1,7 @@
 """The critic worker of LLM PPO: values of rollout batches and clipped value-loss updates.
 
 The driver shards each step's batch over the critic's ranks as it does for the actor
-(:func:`rlinf.workers.actor.sharding.plan_update`): ``compute_values`` gives the old values the
+(:func:`rlinf.objectives.batching.plan_update`): ``compute_values`` gives the old values the
 advantages (GAE) are computed from, ``update`` fits the values to the returns with the clipped
 value loss (``critic.value_clip``; :func:`rlinf.algorithms.compute_value_loss`) over
 ``algorithm.n_minibatches`` optimizer steps, micro-batches of ``training_batch_size_per_gpu``.
@@ -20,7 +20,7 @@ from rlinf.config.reward import CriticConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.fsdp_value import FSDPValueEngine
 from rlinf.scheduler import Worker
-from rlinf.workers.actor.sharding import micro_batches
+from rlinf.objectives.batching import micro_batches
 from rlinf.workers.engine_state import load_engine, save_engine
 
 

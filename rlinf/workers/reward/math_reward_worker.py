@@ -43,10 +43,11 @@ class MathRewardWorker(Worker):
             self.reward_model = HFRewardModel(cfg.model.model_path, micro_batch_size=cfg.model_micro_batch_size)
         self.judge = None
         if cfg.judge.enabled:
-            from rlinf.engines.judge.openai_client import ChatClient
+            from rlinf.engines.judge.openai_client import ChatClient, Endpoint
 
-            j = cfg.judge
-            self.judge = ChatClient(cfg.openai_config.endpoint(j.task), max_connections=j.max_connections,
+            j, ep = cfg.judge, cfg.openai_config.endpoint(cfg.judge.task)
+            self.judge = ChatClient(Endpoint(ep.base_url, ep.model, ep.openai_api_key_env_var),
+                                    max_connections=j.max_connections,
                                     timeout_s=j.timeout_s, max_retries=j.max_retries, backoff_s=j.backoff_s,
                                     max_tokens=j.max_tokens)
         self.verifier = MathVerifier(num_processes=cfg.verify_processes, timeout_s=cfg.verify_timeout_s)

@@ -48,19 +48,12 @@ def _run_embodied_once(raw: Any, print_fn=print) -> dict[str, float]:
     start = prepare_embodied(raw)
     cfg = start.cfg
 
-    from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
-    from rlinf.scheduler import Cluster
-    from rlinf.utils.metric_logger import MetricLogger
+    from rlinf.runners.embodied.loop import EmbodiedRunner, launch_embodied_groups
+    from rlinf.runners.launch import open_logger, start_cluster
 
-    cluster = Cluster.from_config(cfg.cluster)
-    print_fn(f"[rlinf] {cluster.origin}")
-    for note in cfg.notes():
-        print_fn(f"[rlinf] note: {note}")
-    plan = cfg.cluster.plan(cluster.shape)
-    cfg.check_against_plan(plan)
+    cluster, plan = start_cluster(cfg, print_fn)
     lg = cfg.runner.logger
-    logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
-                          resume_step=start.resume_step)
+    logger = open_logger(cfg.runner, start.resume_step)
     modes = ", ".join(f"{a}-{b} {plan.mode(a, b).value}" for a, b in
                       (("env", "rollout"), ("rollout", "actor"), ("env", "actor")))
     print_fn(f"[rlinf] embodied {cfg.algorithm.adv_type}: {cfg.env.train.env_type} "

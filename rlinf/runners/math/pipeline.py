@@ -26,7 +26,7 @@ from rlinf.config.algorithm import SamplingParams
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptBatch
 from rlinf.data.rollout_batch import RolloutBatch
-from rlinf.runners.math_groups import MathGroups
+from rlinf.runners.math.groups import MathGroups
 from rlinf.scheduler import Channel, GroupCall, Mode, WorkerGroup
 
 #: How long the driver waits for one streamed chunk before checking the rollout ranks are alive.
@@ -53,7 +53,7 @@ class RolloutPipeline:
 
     Args:
         cfg: the run's config.
-        groups: launched groups (:func:`rlinf.runners.math_groups.launch_math_groups`).
+        groups: launched groups (:func:`rlinf.runners.math.groups.launch_math_groups`).
         pad_token_id: padding id used when joining batches.
     """
 
@@ -200,9 +200,7 @@ class RolloutPipeline:
 
     def close(self) -> None:
         if self.channel is not None:
-            import ray
-
-            ray.kill(self.channel._actor)
+            self.channel.close()
             self.channel = None
 
 

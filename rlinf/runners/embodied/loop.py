@@ -27,16 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from rlinf.algorithms.embodied import (
-    chunk_rewards,
-    compute_embodied_gae,
-    compute_embodied_grpo,
-    episode_mask,
-    flatten_actions,
-)
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.data.embodied_batch import EmbodiedBatch, Trajectory
 from rlinf.models.embodied.base import ObsSpec
+from rlinf.objectives.embodied import embodied_advantages
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.schedule import ScheduledRunner
 from rlinf.scheduler import Cluster, Mode, PipeLink, PlacementPlan, SchedulerError, TensorLink, WorkerGroup
@@ -111,37 +105,6 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
                           plan.mode("env", "actor"))
 
 
-def compute_advantages(traj: Trajectory, cfg: EmbodiedConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(advantages, returns)`` ``[T, N]`` (chunk-level) or ``[T, N, K]`` (action-level)."""
-    algo = cfg.algorithm
-    rewards = chunk_rewards(traj.rewards, algo.reward_type)
-    if algo.adv_type == "grpo":
-        alive = episode_mask(traj.dones).float()
-        per_step = rewards if rewards.dim() == 2 else rewards.sum(-1)
-        episode_returns = (per_step * alive).sum(dim=0)
-        adv_env = compute_embodied_grpo(episode_returns, cfg.env.train.group_size,
-                                        normalize_advantages=algo.normalize_advantages)
-        adv = adv_env.unsqueeze(0) * alive
-        if rewards.dim() == 3:
-            adv = adv.unsqueeze(-1).expand_as(rewards)
-        return adv, torch.zeros_like(adv)
-    if traj.values is None:
-        raise ValueError("gae needs values: the policy has no value head (critic.use_critic_model)")
-    boot = algo.gamma * (traj.bootstrap_values if traj.bootstrap_values is not None
-                         else torch.zeros_like(traj.dones, dtype=torch.float32))
-    if rewards.dim() == 2:
-        return compute_embodied_gae(rewards + boot, traj.values, traj.dones, algo.gamma, algo.lam,
-                                    algo.normalize_advantages)
-    T, N, K = rewards.shape
-    rewards = rewards.clone()
-    rewards[:, :, -1] += boot
-    flat_r, flat_d = flatten_actions(rewards, traj.dones)
-    flat_v = torch.cat([flatten_actions(traj.values[:T]), traj.values[T][:, :1].T], dim=0)
-    adv, ret = compute_embodied_gae(flat_r, flat_v, flat_d, algo.gamma, algo.lam, algo.normalize_advantages)
-    unflat = lambda x: x.reshape(T, K, N).permute(0, 2, 1)  # noqa: E731
-    return unflat(adv), unflat(ret)
-
-
 class EmbodiedRunner(ScheduledRunner):
     """Drives env, rollout and actor groups through training steps and evaluations.
 
@@ -196,7 +159,7 @@ class EmbodiedRunner(ScheduledRunner):
                 stats = stats.merge(epoch_stats)
         traj = Trajectory.concat_envs(parts)
         t_rollout = time.perf_counter() - t0
-        advantages, returns = compute_advantages(traj, self.cfg)                              # 2
+        advantages, returns = embodied_advantages(traj, self.cfg.algorithm, self.cfg.env.train.group_size)                              # 2
         batch = traj.to_batch(advantages, returns)
         t1 = time.perf_counter()
         actor_metrics = self.update(batch)                                                    # 3

@@ -31,13 +31,13 @@ from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptLoader
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.runners import checkpoint as ckpt
-from rlinf.runners.math_groups import MathGroups
-from rlinf.runners.math_pipeline import RolloutPipeline, Submitted
+from rlinf.runners.math.groups import MathGroups
+from rlinf.runners.math.pipeline import RolloutPipeline, Submitted
 from rlinf.runners.schedule import ScheduledRunner
 from rlinf.utils.metric_logger import MetricLogger
 from rlinf.utils.typed_config import ConfigError
-from rlinf.workers.actor.objectives import add_advantages
-from rlinf.workers.actor.sharding import plan_update
+from rlinf.objectives.llm import add_advantages
+from rlinf.objectives.batching import plan_update
 
 
 def total_training_steps(cfg: MathConfig, batches_per_epoch: int) -> int:

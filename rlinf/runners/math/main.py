@@ -74,28 +74,21 @@ def _run_math_once(raw: Any, print_fn=print) -> dict[str, float]:
     start = prepare_math(raw)
     cfg, tokenizer, train, val = start.cfg, start.tokenizer, start.train, start.val
 
-    from rlinf.runners.math_groups import launch_math_groups
-    from rlinf.runners.math_grpo import MathGRPORunner, total_training_steps
-    from rlinf.scheduler import Cluster
-    from rlinf.utils.metric_logger import MetricLogger
+    from rlinf.runners.math.groups import launch_math_groups
+    from rlinf.runners.math.loop import MathGRPORunner, total_training_steps
+    from rlinf.runners.launch import open_logger, start_cluster
 
-    cluster = Cluster.from_config(cfg.cluster)
-    print_fn(f"[rlinf] {cluster.origin}")
-    for note in cfg.notes():
-        print_fn(f"[rlinf] note: {note}")
-    plan = cfg.cluster.plan(cluster.shape)
-    cfg.check_against_plan(plan)
+    cluster, plan = start_cluster(cfg, print_fn)
     total = total_training_steps(cfg, train.batches_per_epoch)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     lg = cfg.runner.logger
-    logger = MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
-                          resume_step=start.resume_step)
+    logger = open_logger(cfg.runner, start.resume_step)
     print_fn(f"[rlinf] {total} steps of {cfg.data.rollout_batch_size} prompts x "
              f"{cfg.algorithm.group_size}; placement: " +
              ", ".join(f"{c}={plan.mode(a, c).value}" for a, c in [("actor", "rollout")]) +
              f"; rollout backend {cfg.rollout.engine_backend}; logs in {lg.log_path}")
     print_fn(f"[rlinf] groups {cfg.actor.group_name} (actor), {cfg.rollout.group_name} (rollout)"
-             + "".join(f", {getattr(cfg, c).group_name} ({c})" for c in ("reward", "inference")
+             + "".join(f", {getattr(cfg, c).group_name} ({c})" for c in ("reward", "inference", "critic")
                        if c in plan.components))
     groups = launch_math_groups(cfg, cluster, plan, total)
     runner = MathGRPORunner(cfg, groups, train, val, pad, logger)

@@ -1,0 +1,1 @@
+"""The embodied RL recipe: ``main`` (entry) and ``loop`` (groups, rollouts, the training step)."""

@@ -1,0 +1,51 @@
+"""The house's layers import downward only (docs/design.md): a module of one package of rlinf
+imports only packages of its own layer or below."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+#: package -> layer; a package may import packages of a lower or equal layer
+LAYERS = {"utils": 0, "scheduler": 1, "config": 2, "data": 2, "algorithms": 2, "models": 3, "engines": 3,
+          "objectives": 4, "workers": 5, "runners": 6}
+ROOT = Path(__file__).resolve().parents[1] / "rlinf"
+
+
+def _imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        out |= {n.split(".")[1] for n in names if n.startswith("rlinf.") and n.count(".") >= 1}
+    return out
+
+
+def test_every_package_has_a_layer():
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert packages == set(LAYERS), f"give each package a layer: {sorted(packages ^ set(LAYERS))}"
+
+
+def test_imports_go_downward_only():
+    wrong = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if len(rel.parts) < 2:
+            continue
+        own = rel.parts[0]
+        for target in _imports(path):
+            if target in LAYERS and LAYERS[target] > LAYERS[own]:
+                wrong.append(f"{rel} ({own}, layer {LAYERS[own]}) imports rlinf.{target} (layer {LAYERS[target]})")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_runners_do_not_import_worker_internals():
+    """Runners launch workers (their classes, link names and the messages they exchange) but
+    take algorithm glue from rlinf.objectives, never from a worker's module of helpers."""
+    for path in (ROOT / "runners").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlinf.workers.")
+                    and not node.module.endswith(".messages")):
+                for alias in node.names:
+                    assert alias.name.endswith(("Worker", "_LINK", "_PIPE")) or alias.name.isupper(), \
+                        f"{path.relative_to(ROOT)} imports {alias.name} from {node.module}"
