@@ -185,7 +185,7 @@ class Pipeline:
     """The real path: ``launch_embodied_groups`` + ``EmbodiedRunner.rollout('train', ..., record=True)``."""
 
     def __init__(self, cfg, cluster):
-        from rlinf.runners.embodied_runner import EmbodiedRunner, launch_embodied_groups
+        from rlinf.runners.embodied.loop import EmbodiedRunner, launch_embodied_groups
 
         plan = cfg.cluster.plan(cluster.shape)
         cfg.check_against_plan(plan)

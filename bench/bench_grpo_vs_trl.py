@@ -179,8 +179,8 @@ class RlinfSide:
         from rlinf.config.math import MathConfig
         from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
         from rlinf.data.tokenizer import load_tokenizer
-        from rlinf.runners.math_groups import launch_math_groups
-        from rlinf.runners.math_grpo import MathGRPORunner
+        from rlinf.runners.math.groups import launch_math_groups
+        from rlinf.runners.math.loop import MathGRPORunner
 
         samples = row.prompts * row.group
         self.cfg = MathConfig.from_dict({

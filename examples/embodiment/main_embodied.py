@@ -5,7 +5,7 @@
 
 Run from the repository root. Shared env groups come from ``config/env/`` through
 ``hydra.searchpath`` (``REPO_PATH`` is set to this checkout when unset). Everything happens in
-:func:`rlinf.runners.embodied_main.run_embodied`; config errors name the key and stop before any
+:func:`rlinf.runners.embodied.main.run_embodied`; config errors name the key and stop before any
 worker starts.
 """
 
@@ -26,7 +26,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="config", config_name="toy_ppo_mlp")
 def main(cfg) -> None:
-    from rlinf.runners.embodied_main import run_embodied
+    from rlinf.runners.embodied.main import run_embodied
     from rlinf.runners.entry import run_entry
 
     run_entry(run_embodied, cfg, "success_rate", "eval success rate")

@@ -5,7 +5,7 @@
     python examples/math/main_grpo.py --config-name qwen2.5-1.5b-grpo-fsdp actor.model.model_path=...
 
 Run from the repository root (paths in the configs are relative to it). Everything happens in
-:func:`rlinf.runners.math_main.run_math`; config errors name the key and stop before any worker
+:func:`rlinf.runners.math.main.run_math`; config errors name the key and stop before any worker
 starts.
 """
 
@@ -26,7 +26,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 @hydra.main(version_base="1.3", config_path="config", config_name="grpo_tiny_cpu")
 def main(cfg) -> None:
     from rlinf.runners.entry import run_entry
-    from rlinf.runners.math_main import run_math
+    from rlinf.runners.math.main import run_math
 
     run_entry(run_math, cfg, "accuracy", "held-out accuracy")
 
