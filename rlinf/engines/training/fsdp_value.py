@@ -46,14 +46,14 @@ class FSDPValueEngine(FSDPEngine):
         from transformers import AutoConfig, AutoModelForTokenClassification
 
         config = AutoConfig.from_pretrained(model_path, num_labels=1,
-                                            trust_remote_code=kwargs.get("trust_remote_code", False))
+                                            trust_remote_code=self.cfg.model.trust_remote_code)
         config.classifier_dropout = 0.0
         model, info = AutoModelForTokenClassification.from_pretrained(
             model_path, config=config, output_loading_info=True, **kwargs)
         head = getattr(model, "score", None) or getattr(model, "classifier", None)
         if head is None:
             raise ValueError(f"{type(model).__name__} has no score / classifier head to use as the value head")
-        fresh = [k for k in info.get("missing_keys", ()) if k.split(".")[0] in ("score", "classifier")]
+        fresh = [k for k in info["missing_keys"] if k.split(".")[0] in ("score", "classifier")]
         if fresh:
             with torch.no_grad():
                 for p in head.parameters():
