@@ -1,13 +1,15 @@
-"""Math RL (GRPO / PPO-style). One training step:
+"""Math RL (GRPO, PPO with a critic, REINFORCE++, RLOO). One training step:
 
     1. prompts      <- the next ``data.rollout_batch_size`` prompts
     2. rollout      <- ``algorithm.group_size`` responses per prompt      (rollout group)
-    3. reward       <- ±reward_scale from math verification               (reward group)
-    4. log-probs    <- old (if ``rollout.recompute_logprobs``) and reference (if ``kl_beta > 0``)
+    3. reward       <- weighted rule / reward-model / judge scores        (reward group)
+    4. log-probs    <- old (if ``rollout.recompute_logprobs``) and reference (if ``kl_beta > 0``);
+       values       <- the critic's, when ``critic.use_critic_model``     (critic group)
        (DAPO ``dynamic_sampling``: drop groups whose rewards are all equal, refill from new prompts)
-    5. advantages   <- ``algorithm.adv_type``                              (driver)
-    6. update       <- ``algorithm.n_minibatches`` optimizer steps         (actor group)
-    7. weight sync  <- actor rank 0 -> every rollout rank, in place
+    5. advantages   <- ``reward_clip`` / ``reward_norm``, then ``algorithm.adv_type`` (driver)
+    6. update       <- critic: clipped value loss; actor: ``algorithm.n_minibatches`` optimizer
+                       steps, skipped for the first ``critic.warmup_steps`` steps
+    7. weight sync  <- actor rank 0 -> every rollout rank, in place (when the actor trained)
 
 Steps 2-4 are :class:`RolloutPipeline` (collocated turns, or disaggregated streaming). With
 ``algorithm.max_head_offpolicyness = k > 0`` (disaggregated only) generation runs up to ``k``
@@ -30,14 +32,14 @@ from dataclasses import replace
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptLoader
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.objectives.batching import plan_update
+from rlinf.objectives.llm import add_advantages
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.math.groups import MathGroups
 from rlinf.runners.math.pipeline import RolloutPipeline, Submitted
 from rlinf.runners.schedule import ScheduledRunner
 from rlinf.utils.metric_logger import MetricLogger
 from rlinf.utils.typed_config import ConfigError
-from rlinf.objectives.llm import add_advantages
-from rlinf.objectives.batching import plan_update
 
 
 def total_training_steps(cfg: MathConfig, batches_per_epoch: int) -> int:
