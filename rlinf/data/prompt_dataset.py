@@ -1,4 +1,4 @@
-"""Prompt datasets for math RL: JSONL rows -> token ids, batches of prompts, resumable order.
+"""Prompt datasets for math RL: rows (see :mod:`rlinf.data.readers`) -> token ids, batches of prompts, resumable order.
 
 Example:
     >>> rows = [{"prompt": f"{i}+1", "answer": str(i + 1)} for i in range(5)]
@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import random
 
 from rlinf.data.readers import prompt_text
@@ -48,23 +47,6 @@ class PromptBatch:
     @property
     def indices(self) -> list[int]:
         return [p.index for p in self.prompts]
-
-
-def read_jsonl(paths: Sequence[str], prompt_key: str, answer_key: str) -> list[dict]:
-    """All rows of ``paths``; a row lacking a key raises ``ValueError`` naming file and line."""
-    rows = []
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                for key in (prompt_key, answer_key):
-                    if key not in row:
-                        raise ValueError(f"{path}:{line_no}: row has no {key!r} key "
-                                         f"(data.prompt_key / data.answer_key)")
-                rows.append({"prompt": str(row[prompt_key]), "answer": str(row[answer_key])})
-    return rows
 
 
 class PromptDataset:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
+from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
+from rlinf.data.readers import read_rows
 
 
 def encode(text):
@@ -47,15 +48,15 @@ def test_resume_continues_exactly():
         PromptLoader(make(max_prompt_length=8), 3, True, seed=2).load_state_dict(first.state_dict())
 
 
-def test_read_jsonl_names_file_and_line(tmp_path):
+def test_jsonl_rows_name_file_and_line(tmp_path):
     good = tmp_path / "a.jsonl"
     good.write_text(json.dumps({"q": "1+1", "a": 2}) + "\n\n" + json.dumps({"q": "2+2", "a": 4}) + "\n")
-    assert read_jsonl([str(good)], "q", "a") == [{"prompt": "1+1", "answer": "2"},
+    assert read_rows([str(good)], "q", "a") == [{"prompt": "1+1", "answer": "2"},
                                                  {"prompt": "2+2", "answer": "4"}]
     bad = tmp_path / "b.jsonl"
     bad.write_text(json.dumps({"q": "1+1"}) + "\n")
     with pytest.raises(ValueError, match=r"b.jsonl:1: row has no 'a' key"):
-        read_jsonl([str(bad)], "q", "a")
+        read_rows([str(bad)], "q", "a")
 
 
 def test_batch_larger_than_dataset_is_an_error():
