@@ -132,9 +132,9 @@ def make_model_dir(root: Path, size: str) -> Path:
 
 def read_rows(n: int) -> list[dict]:
     """The first ``n`` rows of the shipped training file (prompt, answer)."""
-    from rlinf.data.prompt_dataset import read_jsonl
+    from rlinf.data.readers import read_rows as read_data_rows
 
-    return read_jsonl([str(DATA)], "prompt", "answer")[:n]
+    return read_data_rows([str(DATA)], "prompt", "answer")[:n]
 
 
 def num_params(model_dir: Path) -> int:

@@ -24,9 +24,9 @@ def _scenarios(model_dir: str, out: str) -> dict:
     mbs = [batch.select([0, 1]), batch.select([2, 3, 4]), batch.select([5])]
     res = {}
 
-    def engine(**fsdp):
+    def engine(token_weighted=True, **fsdp):
         return FSDPEngine(model_dir, make_cfg(**fsdp), temperature=TEMPERATURE, device=torch.device("cpu"),
-                          total_steps=TOTAL_STEPS)
+                          total_steps=TOTAL_STEPS, token_weighted=token_weighted)
 
     eng = engine()
     per_mb = []
@@ -35,8 +35,7 @@ def _scenarios(model_dir: str, out: str) -> dict:
         per_mb.append((float(loss_fn(logp, ent, mb)[0]), mb.num_response_tokens))
     res["per_mb"] = per_mb
     res["weighted"] = eng.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
-    eq = engine()
-    eq.token_weighted = False
+    eq = engine(token_weighted=False)
     res["equal"] = eq.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
     res["num_params"] = eng.num_params
     pre = engine(forward_prefetch=True, backward_prefetch="pre")

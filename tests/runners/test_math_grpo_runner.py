@@ -9,7 +9,8 @@ import pytest
 import ray.cloudpickle
 
 from rlinf.config.math import MathConfig
-from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl
+from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
+from rlinf.data.readers import read_rows
 from rlinf.runners.math.groups import launch_math_groups
 from rlinf.runners.math.loop import MathGRPORunner
 
@@ -48,9 +49,9 @@ def test_two_steps_and_validation(ray_cluster, tmp_path, placement, collocated):
 
     tok = load_tokenizer(model)
     encode = lambda text: tok(text)["input_ids"]  # noqa: E731
-    train = PromptLoader(PromptDataset(read_jsonl(cfg.data.train_data_paths, "prompt", "answer"), encode, 8),
+    train = PromptLoader(PromptDataset(read_rows(cfg.data.train_data_paths, "prompt", "answer"), encode, 8),
                          cfg.data.rollout_batch_size, shuffle=True, seed=0)
-    val = PromptLoader(PromptDataset(read_jsonl(cfg.data.val_data_paths, "prompt", "answer"), encode, 8),
+    val = PromptLoader(PromptDataset(read_rows(cfg.data.val_data_paths, "prompt", "answer"), encode, 8),
                        2, shuffle=False, seed=0)
     groups = launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=2)
     try:

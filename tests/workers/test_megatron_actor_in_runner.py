@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from rlinf.data.prompt_dataset import PromptDataset, PromptLoader, read_jsonl  # noqa: E402
+from rlinf.data.prompt_dataset import PromptDataset, PromptLoader  # noqa: E402
+from rlinf.data.readers import read_rows  # noqa: E402
 from rlinf.runners.math import groups as math_groups  # noqa: E402
 from rlinf.runners.math.loop import MathGRPORunner  # noqa: E402
 from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
@@ -50,7 +51,7 @@ def test_grpo_steps_with_the_megatron_actor(ray_cluster, tmp_path, monkeypatch):
         f"actor.megatron.ckpt.save_path={tmp_path / 'megatron_ckpt'}"])
     assert cfg.actor.training_backend == "megatron" and cfg.actor.model.tensor_model_parallel_size == 2
     tok = load_tokenizer(model)
-    train = PromptLoader(PromptDataset(read_jsonl(cfg.data.train_data_paths, "prompt", "answer"),
+    train = PromptLoader(PromptDataset(read_rows(cfg.data.train_data_paths, "prompt", "answer"),
                                        lambda text: tok(text)["input_ids"], 8), 4, shuffle=True, seed=0)
     monkeypatch.setattr(math_groups, "MegatronActorWorker", ShimmedMegatronActor)
     groups = math_groups.launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=2)

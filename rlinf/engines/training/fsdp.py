@@ -35,7 +35,7 @@ works too.
 - ``limit_all_gathers`` false / ``use_orig_params`` false: cannot be granted (FSDP2 bounds its
   all-gathers and shards the original parameters by design): named in a start-up note.
 
-Micro-batch weights: :attr:`FSDPEngine.token_weighted` (the actor sets it from
+Micro-batch weights: the ``token_weighted`` argument (the actor passes
 ``algorithm.use_valid_token_scale``): True = each micro-batch weighs its share of the minibatch's
 response tokens; False = every micro-batch of every rank weighs the same.
 
@@ -92,11 +92,14 @@ class FSDPEngine(TrainingEngine):
             default ``lr_decay_iters``).
         train_entropy: pass the token entropy (with grad) to the loss function in
             :meth:`train_minibatch`; False passes None and saves the memory.
+        token_weighted: micro-batch weights in :meth:`train_minibatch`
+            (``algorithm.use_valid_token_scale``): share of the minibatch's response tokens
+            (True) or equal.
     """
 
     def __init__(self, model_path: str, cfg: ActorConfig, *, temperature: float = 1.0,
                  device: torch.device | None = None, total_steps: int | None = None,
-                 train_entropy: bool = True) -> None:
+                 train_entropy: bool = True, token_weighted: bool = True) -> None:
         from transformers import AutoConfig
 
         if device is None:
@@ -146,8 +149,7 @@ class FSDPEngine(TrainingEngine):
         self.schedule = schedule_from_config(cfg.optim, cfg.lr_sched, total_steps)
         self.optimizer = build_optimizer([p for p in model.parameters() if p.requires_grad], cfg.optim,
                                          self.schedule.lr_at(0))
-        #: micro-batch weights: share of valid tokens (True) or equal (algorithm.use_valid_token_scale)
-        self.token_weighted = True
+        self.token_weighted = token_weighted
         self.step = 0  #: optimizer steps taken (the LR schedule position)
 
     # ---- what the model is and what its forward returns (a value engine overrides both) ----------

@@ -41,9 +41,8 @@ class FSDPActorWorker(Worker):
         self.max_tokens_per_mbs = max_tokens_per_mbs
         self.engine = FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
                                  total_steps=total_steps, train_entropy=algorithm.calculate_entropy
-                                 or algorithm.entropy_bonus > 0)
+                                 or algorithm.entropy_bonus > 0, token_weighted=algorithm.use_valid_token_scale)
         self.loss_fn = make_loss_fn(algorithm)
-        self.engine.token_weighted = algorithm.use_valid_token_scale
         self.calculate_flops = actor.calculate_flops
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
         # KL needs the initial policy: a frozen, sharded copy on the same ranks.

@@ -49,9 +49,9 @@ class MegatronActorWorker(FSDPActorWorker):
         temperature = algorithm.sampling_params.temperature
         self.engine = MegatronEngine(model_path, actor, temperature=temperature, device=self.device,
                                      total_steps=total_steps,
-                                     train_entropy=algorithm.calculate_entropy or algorithm.entropy_bonus > 0)
+                                     train_entropy=algorithm.calculate_entropy or algorithm.entropy_bonus > 0,
+                                     token_weighted=algorithm.use_valid_token_scale)
         self.loss_fn = make_loss_fn(algorithm)
-        self.engine.token_weighted = algorithm.use_valid_token_scale
         self.calculate_flops = actor.calculate_flops
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
         self.reference = (MegatronEngine(model_path, actor, temperature=temperature, device=self.device,

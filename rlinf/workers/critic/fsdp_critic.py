@@ -71,8 +71,7 @@ class FSDPCriticWorker(Worker):
         self.init_process_group()
         self.algorithm, self.max_tokens_per_mbs = algorithm, max_tokens_per_mbs
         self.engine = FSDPValueEngine(model_path, critic_engine_config(actor, critic), total_steps=total_steps,
-                                      train_entropy=False)
-        self.engine.token_weighted = algorithm.use_valid_token_scale
+                                      train_entropy=False, token_weighted=algorithm.use_valid_token_scale)
         self.loss_fn = value_loss_fn(critic.value_clip, algorithm.loss_agg_func)
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
 

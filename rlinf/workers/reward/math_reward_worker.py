@@ -111,7 +111,7 @@ class MathRewardWorker(Worker):
         batch.rewards = rewards_t
         batch.correct = torch.tensor(correct, dtype=torch.bool)
         n = max(len(correct), 1)
-        return batch, {"reward/accuracy": sum(correct) / n, "reward/mean": float(rewards_t.mean()) if n else 0.0,
+        return batch, {"reward/accuracy": sum(correct) / n, "reward/mean": float(rewards_t.mean()),
                        "reward/count": float(len(correct)), **extra}
 
     def texts_of(self, batch: RolloutBatch) -> list[str]:

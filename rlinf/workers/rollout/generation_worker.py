@@ -76,7 +76,7 @@ class GenerationWorker(Worker):
             prompt_ids.append(list(prompt.token_ids))
             responses.append(g.token_ids)
             logprobs.append(g.logprobs)
-            if self.cfg.detokenize or self.cfg.print_outputs and not texts:
+            if self.cfg.detokenize:
                 texts.append(self.tokenizer.decode(g.token_ids, skip_special_tokens=True))
             reasons.append(g.finish_reason)
             answers.append(prompt.answer)
@@ -85,10 +85,9 @@ class GenerationWorker(Worker):
         if self.cfg.print_outputs:
             prompt_text = self.tokenizer.decode(prompt_ids[0], skip_special_tokens=True)
             print(f"[rollout rank {self.rank} v{self.policy_version}] {len(responses)} responses; first: "
-                  f"prompt {prompt_text!r} -> response {texts[0]!r} ({reasons[0]}); prompt ids "
+                  f"prompt {prompt_text!r} -> response "
+                  f"{self.tokenizer.decode(responses[0], skip_special_tokens=True)!r} ({reasons[0]}); prompt ids "
                   f"{prompt_ids[0]}, response ids {list(responses[0])}", flush=True)
-        if not self.cfg.detokenize:
-            texts = []
         return RolloutBatch.from_token_lists(
             prompt_ids, responses, self.pad_token_id, group_size=n, logprobs=logprobs,
             answers=answers, texts=texts, finish_reasons=reasons, prompt_texts=prompt_texts,

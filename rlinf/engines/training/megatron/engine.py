@@ -69,7 +69,7 @@ class MegatronEngine(TrainingEngine):
 
     def __init__(self, model_path: str, cfg: ActorConfig, *, temperature: float = 1.0,
                  device: torch.device | None = None, total_steps: int | None = None,
-                 train_entropy: bool = True, trainable: bool = True) -> None:
+                 train_entropy: bool = True, trainable: bool = True, token_weighted: bool = True) -> None:
         if device is None:
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
             device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
@@ -102,7 +102,7 @@ class MegatronEngine(TrainingEngine):
         self.model = self.module  # what the schedules run: the DDP wrapper when trainable
         self.optimizer = None
         #: micro-batch weights: share of valid tokens (True) or equal (algorithm.use_valid_token_scale)
-        self.token_weighted = True
+        self.token_weighted = token_weighted
         if trainable:
             self.model = setup.wrap_ddp(self.module, cfg)
             self.schedule = schedule_from_config(cfg.optim, cfg.lr_sched, total_steps)
