@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,168 +14,9 @@ from rlinf.config.backends import (  # noqa: F401 - re-exported: actor.fsdp_conf
     MegatronConfig,
     MixedPrecisionConfig,
 )
+from rlinf.config.model import ActorModelConfig, LLMModelConfig, PolicyModelConfig  # noqa: F401 - re-exported
 from rlinf.config.rollout import ChannelRef
 from rlinf.utils.typed_config import check, rule
-
-
-@dataclass(frozen=True)
-class ActorModelConfig:
-    """``actor.model``: the HF checkpoint, plus the reference's Megatron model keys.
-
-    The Megatron keys (``megatron_checkpoint``, ``tensor_model_parallel_size`` ...
-    ``use_cpu_initialization``) are read by the Megatron backend only (docs/megatron_backend.md);
-    the FSDP backend ignores them. With ``training_backend: megatron`` the cross-key rules are
-    checked once by :meth:`ActorConfig.validate`. Embodied keys (``action_dim``,
-    ``num_action_chunks``, ...) are read by embodied policies.
-
-    Attributes:
-        model_path: local HF model folder the policy starts from; null = rollout.model.model_path
-            (one of the two must be set). Megatron reads its config, and converts its weights
-            when actor.megatron.use_hf_ckpt is true.
-        megatron_checkpoint: Megatron: a converted checkpoint folder (the converter's layout, same
-            tensor / pipeline sizes) to start from instead of converting model_path.
-        model_type: math runs: architecture tag as the reference writes it (qwen2.5, llama ...),
-            checked before start against the folder's ``config.json``; embodied runs: the policy
-            (mlp, cnn, openvla, openvla_oft).
-        precision: dtype of the loaded (master) weights. Megatron: dtype of the model weights;
-            bf16 / fp16 need the matching actor.optim.bf16 / fp16 (fp32 main weights in the
-            optimizer).
-        add_bias_linear: Megatron: biases in the linear layers (must match the HF architecture).
-        add_qkv_bias: Megatron: biases on the query / key / value projections; null = the HF
-            architecture's (Qwen2 true, Llama and Qwen3 false); when set it must match it (checked
-            when the engine reads the HF config).
-        tensor_model_parallel_size: Megatron: tensor-parallel size (>= 1; divides the attention
-            heads and the key-value heads).
-        pipeline_model_parallel_size: Megatron: pipeline-parallel size (>= 1; at most the number
-            of layers).
-        activation: Megatron: MLP activation (must match the HF architecture; silu-gated = swiglu).
-        sequence_parallel: Megatron: sequence parallelism; ignored at tensor_model_parallel_size
-            1 (as in Megatron-LM); not supported above 1 (megatron-core's local layer spec, which
-            this backend builds, has no sequence-parallel RMSNorm).
-        recompute_method: Megatron: activation recomputation method (uniform or block); needed by
-            recompute_granularity full.
-        recompute_granularity: Megatron: activation recomputation granularity (full or selective);
-            null = off.
-        recompute_num_layers: Megatron: layers recomputed per stage (block) or per chunk
-            (uniform); >= 1 with full, null with selective.
-        seq_length: Megatron: longest prompt + response a micro-batch may hold (the reference sets
-            ``${runner.seq_length}``); null = no limit (rotary embeddings need none).
-        encoder_seq_length: Megatron: encoder length of encoder-decoder models; the backend builds
-            decoder-only GPTs, so only null or seq_length (as the reference writes it) is accepted.
-        normalization: Megatron: normalisation layer (must match the HF architecture).
-        position_embedding_type: Megatron: position embeddings (must match the HF architecture).
-        apply_rope_fusion: Megatron: fused RoPE kernel (needs Transformer Engine or apex).
-        bias_dropout_fusion: Megatron: fuse bias add and dropout.
-        persist_layer_norm: Megatron: persistent fused layer-norm kernel (needs apex).
-        bias_activation_fusion: Megatron: fuse bias add and activation.
-        attention_softmax_in_fp32: Megatron: attention softmax in fp32.
-        batch_p2p_comm: Megatron: batch the pipeline send / receive operations.
-        variable_seq_lengths: Megatron, pipeline_model_parallel_size > 1: stages exchange each
-            micro-batch's shape; false pads every micro-batch of a pass to one shape.
-        gradient_accumulation_fusion: Megatron: fused weight-gradient accumulation (needs apex or
-            Transformer Engine).
-        moe_token_dispatcher_type: Megatron: MoE token dispatcher (MoE models only).
-        use_cpu_initialization: Megatron: initialise weights on the CPU before loading.
-        gradient_checkpointing: recompute activations in the backward pass (HF gradient
-            checkpointing).
-        action_dim: embodied: action dimensions.
-        num_action_chunks: embodied: actions predicted per step (action chunk length).
-        use_proprio: embodied: feed proprioceptive state to the policy.
-        unnorm_key: embodied: dataset statistics used to un-normalise actions.
-        value_type: embodied: level of the value head's estimates (per action or per chunk).
-        val_micro_batch_size: embodied: largest batch of one rollout-worker forward pass (envs
-            per policy call are split into chunks of this size); null = all at once.
-        center_crop: embodied: centre-crop input images.
-        do_sample: embodied: sample actions (else greedy).
-        vocab_size: embodied: the policy's vocabulary size.
-        hidden_size: embodied: the policy's hidden size (openvla_oft: checked against the model
-            folder's LM width; cnn: width of the image / state features, null = 256).
-        policy_setup: embodied: SimplerEnv's robot setup (widowx_bridge, google_robot); the
-            simulators here define their robots themselves, so it is only recorded (noted at start).
-        image_size: embodied: input image size.
-        is_lora: train LoRA adapters instead of the full weights (math: FSDP2 actors, PEFT layers
-            on lora_target_modules, everything else frozen, only the adapter in the optimizer;
-            weight sync and the HF export send merged weights; checkpoints also hold the adapter
-            in PEFT's layout. Embodied: openvla_oft, RLinf's adapter layout).
-        lora_rank: LoRA rank r.
-        lora_path: a PEFT LoRA adapter folder to start from (its rank, alpha and targets win).
-        lora_alpha: math: LoRA alpha (the update is scaled by alpha / r); null = lora_rank.
-        lora_target_modules: math: names (last dotted part) of the Linear layers that get LoRA.
-        num_images_in_input: embodied: images per observation.
-        attn_implementation: HF ``attn_implementation`` (e.g. sdpa, flash_attention_2); null = the
-            model's default.
-        low_cpu_mem_usage: HF ``low_cpu_mem_usage`` when loading an HF checkpoint (LLM actor,
-            reference and rollout models).
-        trust_remote_code: allow custom modelling code from the model folder.
-        policy_hidden_sizes: embodied mlp / cnn: widths of the actor's hidden layers; null = the
-            policy's default (mlp: 256, 256, 256; cnn: 256).
-        critic_hidden_sizes: embodied mlp / cnn: widths of the critic's hidden layers; null =
-            policy_hidden_sizes.
-        init_log_std: embodied mlp / cnn: initial log standard deviation of the Gaussian actions.
-        shared_critic_encoder: embodied cnn: the critic reads the actor's image encoder (else it
-            has its own).
-        add_value_head: embodied: build a value head (actor-critic, PPO); false for critic-free
-            algorithms (GRPO), then values are null.
-    """
-
-    model_path: str | None = None
-    megatron_checkpoint: str | None = rule(None, scope="megatron")
-    model_type: str | None = None
-    precision: Dtype = "fp32"
-    add_bias_linear: bool = rule(False, scope="megatron")
-    add_qkv_bias: bool | None = rule(None, scope="megatron")
-    tensor_model_parallel_size: int = rule(1, scope="megatron")
-    pipeline_model_parallel_size: int = rule(1, scope="megatron")
-    activation: Literal["swiglu", "gelu", "squared_relu"] = rule("swiglu", scope="megatron")
-    sequence_parallel: bool = rule(False, scope="megatron")
-    recompute_method: Literal["uniform", "block"] | None = rule(None, scope="megatron")
-    recompute_granularity: Literal["full", "selective"] | None = rule(None, scope="megatron")
-    recompute_num_layers: int | None = rule(None, scope="megatron")
-    seq_length: int | None = rule(None, scope="megatron")
-    encoder_seq_length: int | None = rule(None, scope="megatron")
-    normalization: Literal["rmsnorm", "RMSNorm", "layernorm", "LayerNorm"] = rule("rmsnorm", scope="megatron")
-    position_embedding_type: Literal["rope", "learned_absolute", "none"] = rule("rope", scope="megatron")
-    apply_rope_fusion: bool = rule(False, scope="megatron")
-    bias_dropout_fusion: bool = rule(False, scope="megatron")
-    persist_layer_norm: bool = rule(False, scope="megatron")
-    bias_activation_fusion: bool = rule(False, scope="megatron")
-    attention_softmax_in_fp32: bool = rule(True, scope="megatron")
-    batch_p2p_comm: bool = rule(False, scope="megatron")
-    variable_seq_lengths: bool = rule(True, scope="megatron")
-    gradient_accumulation_fusion: bool = rule(False, scope="megatron")
-    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = rule("alltoall", scope="megatron")
-    use_cpu_initialization: bool = rule(False, scope="megatron")
-    gradient_checkpointing: bool = False
-    # embodied policies
-    action_dim: int | None = rule(None, scope="embodied")
-    num_action_chunks: int | None = rule(None, scope="embodied")
-    use_proprio: bool = rule(False, scope="embodied")
-    unnorm_key: str | None = rule(None, scope="embodied")
-    value_type: str | None = rule(None, scope="embodied")
-    val_micro_batch_size: int | None = rule(None, scope="embodied")
-    center_crop: bool = rule(False, scope="embodied")
-    do_sample: bool = rule(False, scope="embodied")
-    vocab_size: int | None = rule(None, scope="embodied")
-    hidden_size: int | None = rule(None, scope="embodied")
-    policy_setup: str | None = rule(None, scope="embodied", note=(
-        ("widowx_bridge", "google_robot"), "selects SimplerEnv's robot; ManiSkill and LIBERO define their own, "
-        "so it is only recorded"))
-    image_size: tuple[int, ...] = rule((), scope="embodied")
-    is_lora: bool = False
-    lora_rank: int = 32
-    lora_path: str | None = None
-    lora_alpha: float | None = rule(None, scope="math")
-    lora_target_modules: tuple[str, ...] = rule(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                 "down_proj"), scope="math")
-    num_images_in_input: int = rule(1, scope="embodied")
-    attn_implementation: str | None = None
-    low_cpu_mem_usage: bool = True
-    trust_remote_code: bool = False
-    policy_hidden_sizes: tuple[int, ...] | None = rule(None, scope="embodied")
-    critic_hidden_sizes: tuple[int, ...] | None = rule(None, scope="embodied")
-    init_log_std: float = rule(0.0, scope="embodied")
-    shared_critic_encoder: bool = rule(True, scope="embodied")
-    add_value_head: bool = rule(True, scope="embodied")
 
 
 @dataclass(frozen=True)
@@ -350,17 +190,6 @@ class ActorConfig:
     channel: ChannelRef = rule(factory=ChannelRef, scope="embodied")
 
     def validate(self, path: str) -> None:
-        m = self.model
-        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
-            check(getattr(m, name) >= 1, f"{path}.model.{name}", f"must be >= 1, got {getattr(m, name)}")
-        check(m.lora_rank >= 1, f"{path}.model.lora_rank", f"must be >= 1, got {m.lora_rank}")
-        for key in ("action_dim", "num_action_chunks", "num_images_in_input", "hidden_size", "vocab_size"):
-            value = getattr(m, key)
-            check(value is None or value >= 1, f"{path}.model.{key}", f"must be >= 1 or null, got {value}")
-        for key in ("policy_hidden_sizes", "critic_hidden_sizes", "image_size"):
-            for i, width in enumerate(getattr(m, key) or ()):
-                check(width >= 1, f"{path}.model.{key}[{i}]", f"must be >= 1, got {width}")
-        check(math.isfinite(m.init_log_std), f"{path}.model.init_log_std", f"must be finite, got {m.init_log_std}")
         for key in ("micro_batch_size", "global_batch_size"):
             value = getattr(self, key, None)
             check(value is None or value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")
@@ -374,7 +203,7 @@ def check_megatron(cfg: ActorConfig, path: str) -> None:
     Architecture keys (heads divisible by the tensor-parallel size, activation, ...) need the HF
     config and are checked when the engine starts.
     """
-    m, o, mg = cfg.model, cfg.optim, cfg.megatron
+    m, ml, o, mg = cfg.model, cfg.model.llm, cfg.optim, cfg.megatron
     check(cfg.mcore_gpt, f"{path}.mcore_gpt", "the Megatron backend builds megatron-core's GPTModel; set true")
     check(cfg.spec_name == "decoder_gpt", f"{path}.spec_name",
           f"only decoder_gpt (megatron-core's GPT layer spec) is built, got {cfg.spec_name!r}")
@@ -383,23 +212,23 @@ def check_megatron(cfg: ActorConfig, path: str) -> None:
     check(not m.gradient_checkpointing, f"{path}.model.gradient_checkpointing",
           "is the FSDP backend's switch; with megatron set actor.model.recompute_granularity instead")
     check(not m.is_lora, f"{path}.model.is_lora", "LoRA is not supported by the Megatron backend")
-    check(not (m.sequence_parallel and m.tensor_model_parallel_size > 1), f"{path}.model.sequence_parallel",
+    check(not (ml.sequence_parallel and ml.tensor_model_parallel_size > 1), f"{path}.model.sequence_parallel",
           "not supported: the Megatron backend builds megatron-core's local layer spec, whose RMSNorm "
           "(torch) refuses sequence parallelism (it needs Transformer Engine layers); set false")
-    if m.recompute_granularity == "full":
-        check(m.recompute_method is not None, f"{path}.model.recompute_method",
+    if ml.recompute_granularity == "full":
+        check(ml.recompute_method is not None, f"{path}.model.recompute_method",
               "recompute_granularity full needs recompute_method uniform or block")
-        check(m.recompute_num_layers is not None and m.recompute_num_layers >= 1,
+        check(ml.recompute_num_layers is not None and ml.recompute_num_layers >= 1,
               f"{path}.model.recompute_num_layers",
-              f"recompute_granularity full needs recompute_num_layers >= 1, got {m.recompute_num_layers}")
-    if m.recompute_granularity == "selective":
-        check(m.recompute_num_layers is None, f"{path}.model.recompute_num_layers",
+              f"recompute_granularity full needs recompute_num_layers >= 1, got {ml.recompute_num_layers}")
+    if ml.recompute_granularity == "selective":
+        check(ml.recompute_num_layers is None, f"{path}.model.recompute_num_layers",
               "must be null with recompute_granularity selective")
-    check(m.seq_length is None or m.seq_length >= 1, f"{path}.model.seq_length",
-          f"must be >= 1 or null, got {m.seq_length}")
-    check(m.encoder_seq_length in (None, m.seq_length), f"{path}.model.encoder_seq_length",
-          f"{m.encoder_seq_length}: the Megatron backend builds decoder-only GPTs (no encoder); leave it null "
-          f"or equal to actor.model.seq_length ({m.seq_length})")
+    check(ml.seq_length is None or ml.seq_length >= 1, f"{path}.model.seq_length",
+          f"must be >= 1 or null, got {ml.seq_length}")
+    check(ml.encoder_seq_length in (None, ml.seq_length), f"{path}.model.encoder_seq_length",
+          f"{ml.encoder_seq_length}: the Megatron backend builds decoder-only GPTs (no encoder); leave it null "
+          f"or equal to actor.model.seq_length ({ml.seq_length})")
     half = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}.get(m.precision)
     for flag in ("bf16", "fp16"):
         check(getattr(o, flag) == (half == flag), f"{path}.optim.{flag}",
@@ -415,12 +244,12 @@ def check_megatron(cfg: ActorConfig, path: str) -> None:
     check(mg.tp_comm_overlap_cfg is None, f"{path}.megatron.tp_comm_overlap_cfg",
           "tensor-parallel communication overlap needs Transformer Engine userbuffers, which this "
           "backend does not use; set null")
-    check(mg.use_hf_ckpt != (m.megatron_checkpoint is not None), f"{path}.megatron.use_hf_ckpt",
+    check(mg.use_hf_ckpt != (ml.megatron_checkpoint is not None), f"{path}.megatron.use_hf_ckpt",
           "set exactly one weight source: use_hf_ckpt: true (convert actor.model.model_path) or "
           "actor.model.megatron_checkpoint (an already converted folder)")
     ck = mg.ckpt_config(f"{path}.megatron")
     for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
         value = getattr(ck, name)
-        check(value is None or value == getattr(m, name), f"{path}.megatron.ckpt.{name}",
-              f"{value} differs from actor.model.{name} ({getattr(m, name)}); the converted "
+        check(value is None or value == getattr(ml, name), f"{path}.megatron.ckpt.{name}",
+              f"{value} differs from actor.model.{name} ({getattr(ml, name)}); the converted "
               "checkpoint must have the training sizes")

@@ -85,7 +85,7 @@ class EmbodiedConfig:
         """Policy steps (action chunks) of one training rollout epoch: the train episode length
         divided by ``actor.model.num_action_chunks`` (rounded up)."""
         steps = self.env.train.episode_steps or 50
-        return -(-steps // (self.actor.model.num_action_chunks or 1))
+        return -(-steps // (self.actor.model.policy.num_action_chunks or 1))
 
     #: the key scopes an embodied run reads (see :func:`~rlinf.utils.typed_config.rule`)
     active_scopes = frozenset({"embodied", "fsdp"})
@@ -132,8 +132,9 @@ class EmbodiedConfig:
                             ("rollout.enable_offload", self.rollout.enable_offload)):
                 check(not on, key, "must be false with algorithm.max_head_offpolicyness 1 (the rollout "
                                    "runs during the update, so no group can give its memory away)")
-        for key in ("model_type", "action_dim", "num_action_chunks"):
-            check(getattr(model, key) is not None, f"actor.model.{key}", "missing")
+        for key, value in (("model_type", model.model_type), ("action_dim", model.policy.action_dim),
+                           ("num_action_chunks", model.policy.num_action_chunks)):
+            check(value is not None, f"actor.model.{key}", "missing")
         if algo.adv_type == "grpo":
             train = self.env.train
             check(train.use_fixed_reset_state_ids, "env.train.use_fixed_reset_state_ids",
@@ -168,7 +169,7 @@ class EmbodiedConfig:
             check(self.runner.max_prompt_length is None, "runner.max_prompt_length",
                   f"{model.model_type} policies read no prompt; only the VLAs do: remove it")
             return
-        tokens = (model.action_dim or 7) * (model.num_action_chunks or 1)
+        tokens = (model.policy.action_dim or 7) * (model.policy.num_action_chunks or 1)
         check(lp.max_new_token in (None, tokens), "algorithm.length_params.max_new_token",
               f"{lp.max_new_token}, but the VLA emits exactly action_dim x num_action_chunks = {tokens} "
               "tokens per step; set null or that")

@@ -139,31 +139,37 @@ def render_reference(root: type = MathConfig, title: str = TITLE, intro: str | N
     parts = [f"# {title}", ""]
     if intro:
         parts += [intro.strip("\n"), ""]
-    for path, cls in _sections(root, ""):
-        parts += [f"## {path or 'Top level'}", ""]
-        summary = _summary(cls, path)
-        if summary:
-            parts += [summary, ""]
-        parts += [f"Class: `{cls.__module__}.{cls.__qualname__}`.", ""]
-        parts += _table(cls, path)
-        parts.append("")
+    for heading, path, cls in _sections(root, ""):
+        parts += _section_text(heading, path, cls)
     return "\n".join(parts)
+
+
+def _section_text(heading: str, path: str, cls: type) -> list[str]:
+    parts = [f"## {heading or 'Top level'}", ""]
+    summary = _summary(cls, path)
+    if summary:
+        parts += [summary, ""]
+    parts += [f"Class: `{cls.__module__}.{cls.__qualname__}`.", ""] + _table(cls, path) + [""]
+    flats = [(f.metadata["flat"], _flat_heading(path, f.metadata["flat"])) for f in dataclasses.fields(cls)
+             if f.metadata.get("flat")]
+    if flats:
+        links = " and ".join(f"[{label}](#{_anchor(h)})" for label, h in flats)
+        parts += [f"The {links} are written in this same mapping (`{path}.<key>`).", ""]
+    return parts
+
+
+def _flat_heading(path: str, label: str) -> str:
+    return f"{path}: {label}"
 
 
 def document() -> str:
     """The full text of ``docs/config_reference.md``: title, intro, every section of a math run,
     then the sections only embodied runs have (``env`` and below)."""
     text = render_reference(MathConfig, TITLE, INTRO)
-    seen = {path for path, _ in _sections(MathConfig, "")}
-    for path, cls in _sections(EmbodiedConfig, ""):
-        if path in seen:
-            continue
-        parts = [f"## {path}", ""]
-        summary = _summary(cls, path)
-        if summary:
-            parts += [summary, ""]
-        parts += [f"Class: `{cls.__module__}.{cls.__qualname__}`.", ""] + _table(cls, path) + [""]
-        text += "\n".join(parts)
+    seen = {heading for heading, _, _ in _sections(MathConfig, "")}
+    for heading, path, cls in _sections(EmbodiedConfig, ""):
+        if heading not in seen:
+            text += "\n".join(_section_text(heading, path, cls))
     return text
 
 
@@ -304,13 +310,16 @@ def _section_class(tp: Any) -> type | None:
     return None
 
 
-def _sections(cls: type, path: str):
-    """(path, class) of ``cls`` and every nested section below it, depth first in field order."""
-    yield path, cls
+def _sections(cls: type, path: str, heading: str | None = None):
+    """(heading, path, class) of ``cls`` and every nested section below it, depth first in field
+    order; a flat section (``typed_config.flat``) keeps its parent's path, under its own heading."""
+    yield (path if heading is None else heading), path, cls
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
         sub = _section_class(hints[f.name]) if f.init else None
-        if sub is not None:
+        if sub is not None and f.metadata.get("flat"):
+            yield from _sections(sub, path, _flat_heading(path, f.metadata["flat"]))
+        elif sub is not None:
             yield from _sections(sub, _join(path, f.name))
 
 
@@ -328,7 +337,7 @@ def _table(cls: type, path: str) -> list[str]:
     hints = _hints(cls)
     rows = ["| key | type | default | meaning |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
-        if not f.init:
+        if not f.init or f.metadata.get("flat"):
             continue
         tp = hints[f.name]
         if _section_class(tp) is not None:

@@ -59,12 +59,18 @@ def parse_section(cls: type[T], raw: Any, path: str) -> T:
         raise ConfigError(path, f"expected a mapping of {_names(cls)}, got {_show(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    flats = {name: hints[name] for name, f in fields.items() if f.metadata.get("flat")}
+    owner = {key: name for name, sub_cls in flats.items() for key in _keys(sub_cls)}
     for key in raw:
-        if key not in fields:
+        if key in flats or (key not in fields and key not in owner):
             raise ConfigError(_join(path, key), "unknown key; allowed keys are " + _names(cls))
     values = {}
+    for name, sub_cls in flats.items():  # a flat section's keys sit in this mapping (see flat())
+        values[name] = parse_section(sub_cls, {k: v for k, v in raw.items() if owner.get(k) == name}, path)
     for name, f in fields.items():
         sub = _join(path, name)
+        if name in flats:
+            continue
         if name in raw:
             values[name] = _convert(hints[name], raw[name], sub)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -87,8 +93,18 @@ def _join(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
+def _keys(cls) -> list[str]:
+    """The YAML keys of section ``cls``: its fields, with a flat section's keys in its place."""
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        if f.init:
+            keys += _keys(hints[f.name]) if f.metadata.get("flat") else [f.name]
+    return keys
+
+
 def _names(cls) -> str:
-    return ", ".join(sorted(f.name for f in dataclasses.fields(cls) if f.init))
+    return ", ".join(sorted(_keys(cls)))
 
 
 def _show(value: Any) -> str:
@@ -209,6 +225,35 @@ def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSI
     return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 
+def flat(cls: type, label: str) -> Any:
+    """A sub-section whose keys are written in the parent's mapping (YAML keeps the reference's
+    flat layout) but parsed into their own dataclass ``cls``: the parser routes each key to the
+    section that owns it, and errors, rules and :func:`walk_fields` name it by its YAML path.
+    ``label`` titles the section in the config reference.
+
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Policy:
+    ...     action_dim: int | None = None
+    ...     def validate(self, path):
+    ...         check(self.action_dim is None or self.action_dim >= 1, f"{path}.action_dim", "must be >= 1")
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class Model:
+    ...     model_path: str | None = None
+    ...     policy: Policy = flat(Policy, "policy keys")
+    >>> parse_section(Model, {"model_path": "m", "action_dim": 7}, "actor.model")
+    Model(model_path='m', policy=Policy(action_dim=7))
+    >>> parse_section(Model, {"action_dim": 0}, "actor.model")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: actor.model.action_dim: must be >= 1
+    >>> parse_section(Model, {"policy": {"action_dim": 7}}, "actor.model")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: actor.model.policy: unknown key; allowed keys are action_dim, model_path
+    """
+    return dataclasses.field(default_factory=cls, metadata={"flat": label})
+
+
 #: what each scope says in a refusal
 SCOPE_TEXT = {"math": "read by math runs only", "embodied": "read by embodied runs only",
               "megatron": "read by the Megatron backend only (actor.training_backend: megatron)",
@@ -232,6 +277,9 @@ def walk_fields(obj: Any, path: str = ""):
     """``(path, field, value)`` of every field under the dataclass ``obj``, depth first."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
+        if f.metadata.get("flat"):  # its keys are the parent's in YAML, so in key paths too
+            yield from walk_fields(value, path)
+            continue
         sub = _join(path, f.name)
         yield sub, f, value
         if dataclasses.is_dataclass(value):

@@ -125,9 +125,12 @@ def _leaves(cls: type, path: str = "", scope: str | None = None):
     """``(path, field, type, scope)``; a field under a scoped section inherits its scope."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        sub = f"{path}.{f.name}" if path else f.name
         tp = hints[f.name]
         own = f.metadata.get("scope", scope)
+        if f.metadata.get("flat"):  # its keys are written in the parent's mapping
+            yield from _leaves(tp, path, own)
+            continue
+        sub = f"{path}.{f.name}" if path else f.name
         yield sub, f, tp, own
         if dataclasses.is_dataclass(tp):
             yield from _leaves(tp, sub, own)

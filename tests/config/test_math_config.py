@@ -25,7 +25,7 @@ def parse(raw, check_paths=False):
 def test_reference_keys_parse_and_resolvers_work():
     cfg = parse(reference())
     assert cfg.algorithm.sampling_params.max_new_tokens == 2048 - 1024  # ${subtract:...}
-    assert cfg.actor.model.seq_length == 2048 and cfg.actor.training_backend == "megatron"
+    assert cfg.actor.model.llm.seq_length == 2048 and cfg.actor.training_backend == "megatron"
     assert cfg.runner.logger.log_path == "../results/grpo-1.5b"
     assert cfg.reward.reward_scale == 5.0
     assert cfg.actor.fsdp_config.mixed_precision.param_dtype == "bf16"

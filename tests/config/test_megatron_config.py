@@ -20,7 +20,7 @@ from test_math_configs import load  # noqa: E402  (composes examples/math/config
 def test_the_reference_megatron_settings_parse():
     cfg = parse(with_change("actor.training_backend", "megatron"))
     assert cfg.actor.megatron.ckpt_config().process_num == 16
-    assert cfg.actor.model.recompute_granularity == "full" and cfg.actor.optim.fp16
+    assert cfg.actor.model.llm.recompute_granularity == "full" and cfg.actor.optim.fp16
 
 
 @pytest.mark.parametrize("path, value, message", [
@@ -85,7 +85,7 @@ def test_megatron_examples_select_the_megatron_actor_and_fit_their_placement(nam
     cfg = load(name)
     plan = cfg.cluster.plan()
     cfg.check_against_plan(plan)
-    m = cfg.actor.model
+    m = cfg.actor.model.llm
     assert cfg.actor.training_backend == "megatron"
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size) == (tp, pp)
     assert plan.component("actor").world_size // (tp * pp) == dp

@@ -27,7 +27,7 @@ def rows(text: str) -> dict[str, tuple[str, str, str]]:
     out, section = {}, None
     for line in text.splitlines():
         if line.startswith("## "):
-            heading = line[3:].strip()
+            heading = line[3:].strip().split(": ")[0]  # "actor.model: LLM-backend keys": flat keys
             section = "" if heading == "Top level" else heading
         elif line.startswith("| `") and section is not None:
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]

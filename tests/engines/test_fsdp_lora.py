@@ -18,7 +18,8 @@ from fsdp_engine_helpers import (  # noqa: E402
 
 def _lora_cfg(**model):
     cfg = make_cfg()
-    return replace(cfg, model=replace(cfg.model, is_lora=True, lora_rank=4, lora_alpha=8.0, **model))
+    llm = replace(cfg.model.llm, lora_alpha=8.0)
+    return replace(cfg, model=replace(cfg.model, is_lora=True, lora_rank=4, llm=llm, **model))
 
 
 def _scenario(model_dir: str, out: str) -> dict:

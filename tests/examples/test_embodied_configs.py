@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.config.resolvers import register_resolvers
 from rlinf.utils.metric_logger import read_metrics
-from rlinf.utils.typed_config import ConfigError
+from rlinf.utils.typed_config import ConfigError, walk_fields
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -73,11 +73,20 @@ SCALE_KEYS = ("cluster.accelerators_per_node", "runner.max_epochs", "runner.val_
               "actor.model.image_size", "actor.model.attn_implementation")
 
 
-def _flat(tree, prefix=""):
-    if dataclasses.is_dataclass(tree):
-        tree = dataclasses.asdict(tree)
+def _flat(cfg):
+    """YAML key path -> value of every leaf (``actor.model``'s sections by their YAML paths)."""
+    out = {}
+    for path, _, value in walk_fields(cfg):
+        if isinstance(value, dict):
+            out.update({f"{path}.{k}": v for k, v in _flat_dict(value).items()})
+        elif not dataclasses.is_dataclass(value):
+            out[path] = value
+    return out
+
+
+def _flat_dict(tree, prefix=""):
     if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
+        return {k: v for key, sub in tree.items() for k, v in _flat_dict(sub, f"{prefix}{key}.").items()}
     return {prefix[:-1]: tree}
 
 

@@ -8,7 +8,7 @@ import torch
 from rlinf.config.actor import ActorModelConfig
 from rlinf.models import ObsSpec, build_policy
 from rlinf.models.embodied import CNNPolicy, MLPPolicy
-from rlinf.utils.typed_config import ConfigError
+from rlinf.utils.typed_config import ConfigError, parse_section
 from toolkits.embodied import make_tiny_vla
 
 
@@ -39,9 +39,9 @@ def test_mlp_from_mapping_with_bounds_and_checkpoint(tmp_path):
 
 def test_cnn_with_state_and_wrist():
     spec = ObsSpec(state_dim=4, image_shape=(48, 48, 3), has_wrist=True)
-    cfg = ActorModelConfig(model_type="cnn", action_dim=3, num_action_chunks=2, image_size=(40, 40), hidden_size=32,
-                           policy_hidden_sizes=(16,), use_proprio=True, num_images_in_input=2,
-                           shared_critic_encoder=False)
+    cfg = parse_section(ActorModelConfig, dict(
+        model_type="cnn", action_dim=3, num_action_chunks=2, image_size=[40, 40], hidden_size=32,
+        policy_hidden_sizes=[16], use_proprio=True, num_images_in_input=2, shared_critic_encoder=False), "actor.model")
     policy = build_policy(cfg, spec)
     assert isinstance(policy, CNNPolicy) and policy.critic_encoder is not None
     imgs = torch.randint(0, 256, (2, 48, 48, 3), dtype=torch.uint8)

@@ -59,7 +59,7 @@ def test_a_killed_worker_restarts_the_run_from_its_last_checkpoint(ray_cluster, 
     from rlinf.runners.math.main import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
-    cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,
+    cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0"}, 1,
                                 runner={"max_steps": 3, "save_interval": -1, "save_interval_secs": 1e-3,
                                         "recover_mode": "fault",
                                         "recover_retries": 2, "export_hf": False, "plot_curves": False}),
@@ -92,7 +92,7 @@ def test_resume_without_a_checkpoint_is_refused_and_time_checkpoints_are_taken(r
     from rlinf.runners.math.main import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
-    cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,
+    cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0"}, 1,
                                 runner={"max_steps": 2, "recover_mode": "resume", "export_hf": False}), tmp_path / "b")
     with pytest.raises(ConfigError, match="runner.recover_mode: resume: no complete checkpoint"):
         run_math(cfg, print_fn=lambda *_: None)

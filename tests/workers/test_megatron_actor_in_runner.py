@@ -49,7 +49,7 @@ def test_grpo_steps_with_the_megatron_actor(ray_cluster, tmp_path, monkeypatch):
         "data.max_prompt_length=8", "runner.seq_length=16", "algorithm.group_size=2",
         "algorithm.training_batch_size_per_gpu=2", "algorithm.kl_beta=0.01", "actor.optim.lr=1e-3",
         f"actor.megatron.ckpt.save_path={tmp_path / 'megatron_ckpt'}"])
-    assert cfg.actor.training_backend == "megatron" and cfg.actor.model.tensor_model_parallel_size == 2
+    assert cfg.actor.training_backend == "megatron" and cfg.actor.model.llm.tensor_model_parallel_size == 2
     tok = load_tokenizer(model)
     train = PromptLoader(PromptDataset(read_rows(cfg.data.train_data_paths, "prompt", "answer"),
                                        lambda text: tok(text)["input_ids"], 8), 4, shuffle=True, seed=0)

@@ -131,8 +131,8 @@ class FSDPEngine(TrainingEngine):
         if cfg.model.is_lora:
             from rlinf.engines.training.lora import inject_lora
 
-            self.lora_config = inject_lora(model, cfg.model.lora_rank, cfg.model.lora_alpha,
-                                           cfg.model.lora_target_modules, cfg.model.lora_path)
+            self.lora_config = inject_lora(model, cfg.model.lora_rank, cfg.model.llm.lora_alpha,
+                                           cfg.model.llm.lora_target_modules, cfg.model.lora_path)
         if fc.use_liger_kernel:
             apply_liger(model)
         model.config.use_cache = False

@@ -21,10 +21,8 @@ they always run in fp32 (``precision`` applies to the VLAs). ``do_sample`` is ex
 ``policy.do_sample``; ``act(deterministic=...)`` alone decides whether a call samples.
 
 Example:
-    >>> from rlinf.config.actor import ActorModelConfig
-    >>> cfg = ActorModelConfig(model_type="mlp", action_dim=2, num_action_chunks=3,
-    ...                        policy_hidden_sizes=(16,))
-    >>> policy = build_policy(cfg, ObsSpec(state_dim=5))
+    >>> cfg = {"model_type": "mlp", "action_dim": 2, "num_action_chunks": 3, "policy_hidden_sizes": [16]}
+    >>> policy = build_policy(cfg, ObsSpec(state_dim=5))  # the actor.model mapping, or its parsed config
     >>> type(policy).__name__, policy.num_action_chunks
     ('MLPPolicy', 3)
 """
@@ -54,13 +52,13 @@ def _require(value: Any, key: str, what: str) -> Any:
 
 def _value_type(cfg: ActorModelConfig) -> str:
     try:
-        return check_value_type(cfg.value_type)
+        return check_value_type(cfg.policy.value_type)
     except ValueError as err:
         raise ConfigError(f"{PATH}.value_type", str(err)) from None
 
 
 def _image_size(cfg: ActorModelConfig, default: tuple[int, int]) -> tuple[int, int]:
-    size = tuple(cfg.image_size)
+    size = tuple(cfg.policy.image_size)
     if not size:
         return default
     if len(size) == 1:
@@ -108,7 +106,7 @@ def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec:
         ConfigError: naming the ``actor.model`` key at fault.
 
     Example:
-        >>> cfg = ActorModelConfig(model_type="mlp", action_dim=3, num_action_chunks=1)
+        >>> cfg = {"model_type": "mlp", "action_dim": 3, "num_action_chunks": 1}
         >>> check_policy_fits(cfg, ObsSpec(state_dim=4, action_low=(-1.0,) * 2, action_high=(1.0,) * 2))
         Traceback (most recent call last):
         ...
@@ -119,7 +117,7 @@ def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec:
     if model_type not in MODEL_TYPES:
         raise ConfigError(f"{PATH}.model_type", f"embodied policies are {', '.join(MODEL_TYPES)}; got {cfg.model_type!r}")
     vla = model_type in ("openvla", "openvla_oft")
-    action_dim = cfg.action_dim or (7 if vla else None)
+    action_dim = cfg.policy.action_dim or (7 if vla else None)
     if action_dim is None:
         raise ConfigError(f"{PATH}.action_dim", f"required for model_type {model_type}")
     env_dim = len(obs_spec.action_low) if obs_spec.action_low is not None else None
@@ -143,7 +141,7 @@ def _openvla_folder_check(cfg: ActorModelConfig, action_dim: int) -> None:
         raise ConfigError(f"{PATH}.model_path", str(err)) from None
     if folder.norm_stats:
         try:
-            _, stats = select_stats(folder.norm_stats, cfg.unnorm_key)
+            _, stats = select_stats(folder.norm_stats, cfg.policy.unnorm_key)
         except KeyError as err:
             raise ConfigError(f"{PATH}.unnorm_key", str(err.args[0])) from None
         q01 = stats.get("action", stats).get("q01")
@@ -163,13 +161,13 @@ def _openvla_folder_check(cfg: ActorModelConfig, action_dim: int) -> None:
 def _openvla_precheck(cfg: ActorModelConfig, obs: ObsSpec, model_type: str) -> str:
     """The VLA keys checkable against the env alone; returns the model folder."""
     model_path = _require(cfg.model_path, "model_path", f"model_type {model_type} (an OpenVLA checkpoint folder)")
-    if cfg.num_images_in_input not in (1, 2):
-        raise ConfigError(f"{PATH}.num_images_in_input", f"must be 1 or 2, got {cfg.num_images_in_input}")
-    if cfg.num_images_in_input == 2 and not obs.has_wrist:
+    if cfg.policy.num_images_in_input not in (1, 2):
+        raise ConfigError(f"{PATH}.num_images_in_input", f"must be 1 or 2, got {cfg.policy.num_images_in_input}")
+    if cfg.policy.num_images_in_input == 2 and not obs.has_wrist:
         raise ConfigError(f"{PATH}.num_images_in_input", "2 needs a wrist camera (obs_spec.has_wrist)")
     if obs.image_shape is None:
         raise ConfigError(f"{PATH}.model_type", f"{model_type} needs camera images (obs_spec.image_shape)")
-    if cfg.use_proprio and obs.state_dim < 1:
+    if cfg.policy.use_proprio and obs.state_dim < 1:
         raise ConfigError(f"{PATH}.use_proprio", "the env gives no state (obs_spec.state_dim = 0)")
     if cfg.lora_path is not None and not cfg.is_lora:
         raise ConfigError(f"{PATH}.lora_path", "set is_lora: true to load a LoRA adapter")
@@ -195,17 +193,18 @@ def _build_mlp(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
     from rlinf.models.embodied.mlp_policy import MLPPolicy, MLPPolicyConfig
 
     _no_lora(cfg, "mlp")
-    action_dim = _require(cfg.action_dim, "action_dim", "model_type mlp")
+    action_dim = _require(cfg.policy.action_dim, "action_dim", "model_type mlp")
     if obs.state_dim < 1:
         raise ConfigError(f"{PATH}.model_type", "mlp needs state observations (obs_spec.state_dim >= 1)")
     low, high = obs.bounds(action_dim)
     config = MLPPolicyConfig(
-        state_dim=obs.state_dim, action_dim=action_dim, num_action_chunks=cfg.num_action_chunks or 1,
-        hidden_sizes=cfg.policy_hidden_sizes or (256, 256, 256), critic_hidden_sizes=cfg.critic_hidden_sizes,
-        init_log_std=cfg.init_log_std, value_type=_value_type(cfg), add_value_head=cfg.add_value_head,
+        state_dim=obs.state_dim, action_dim=action_dim, num_action_chunks=cfg.policy.num_action_chunks or 1,
+        hidden_sizes=cfg.policy.policy_hidden_sizes or (256, 256, 256),
+        critic_hidden_sizes=cfg.policy.critic_hidden_sizes,
+        init_log_std=cfg.policy.init_log_std, value_type=_value_type(cfg), add_value_head=cfg.policy.add_value_head,
         action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))
     policy = _load_or_build(MLPPolicy, config, cfg.model_path)
-    policy.do_sample = cfg.do_sample
+    policy.do_sample = cfg.policy.do_sample
     return policy
 
 
@@ -213,31 +212,31 @@ def _build_cnn(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
     from rlinf.models.embodied.cnn_policy import CNNPolicy, CNNPolicyConfig
 
     _no_lora(cfg, "cnn")
-    action_dim = _require(cfg.action_dim, "action_dim", "model_type cnn")
+    action_dim = _require(cfg.policy.action_dim, "action_dim", "model_type cnn")
     if obs.image_shape is None:
         raise ConfigError(f"{PATH}.model_type", "cnn needs camera images (obs_spec.image_shape)")
-    if cfg.num_images_in_input not in (1, 2):
-        raise ConfigError(f"{PATH}.num_images_in_input", f"must be 1 or 2, got {cfg.num_images_in_input}")
-    if cfg.num_images_in_input == 2 and not obs.has_wrist:
+    if cfg.policy.num_images_in_input not in (1, 2):
+        raise ConfigError(f"{PATH}.num_images_in_input", f"must be 1 or 2, got {cfg.policy.num_images_in_input}")
+    if cfg.policy.num_images_in_input == 2 and not obs.has_wrist:
         raise ConfigError(f"{PATH}.num_images_in_input", "2 needs a wrist camera (obs_spec.has_wrist)")
-    if cfg.use_proprio and obs.state_dim < 1:
+    if cfg.policy.use_proprio and obs.state_dim < 1:
         raise ConfigError(f"{PATH}.use_proprio", "the env gives no state (obs_spec.state_dim = 0)")
     low, high = obs.bounds(action_dim)
     config = CNNPolicyConfig(
-        action_dim=action_dim, num_action_chunks=cfg.num_action_chunks or 1,
-        image_size=_image_size(cfg, (64, 64)), num_images=cfg.num_images_in_input,
-        state_dim=obs.state_dim if cfg.use_proprio else 0, feature_dim=cfg.hidden_size or 256,
-        hidden_sizes=cfg.policy_hidden_sizes or (256,), critic_hidden_sizes=cfg.critic_hidden_sizes,
-        shared_encoder=cfg.shared_critic_encoder,
-        center_crop=cfg.center_crop, init_log_std=cfg.init_log_std, value_type=_value_type(cfg),
-        add_value_head=cfg.add_value_head, action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))
+        action_dim=action_dim, num_action_chunks=cfg.policy.num_action_chunks or 1,
+        image_size=_image_size(cfg, (64, 64)), num_images=cfg.policy.num_images_in_input,
+        state_dim=obs.state_dim if cfg.policy.use_proprio else 0, feature_dim=cfg.policy.hidden_size or 256,
+        hidden_sizes=cfg.policy.policy_hidden_sizes or (256,), critic_hidden_sizes=cfg.policy.critic_hidden_sizes,
+        shared_encoder=cfg.policy.shared_critic_encoder,
+        center_crop=cfg.policy.center_crop, init_log_std=cfg.policy.init_log_std, value_type=_value_type(cfg),
+        add_value_head=cfg.policy.add_value_head, action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))
     try:
         policy = _load_or_build(CNNPolicy, config, cfg.model_path)
     except ValueError as err:
         if isinstance(err, ConfigError):
             raise
         raise ConfigError(f"{PATH}.image_size", str(err)) from None
-    policy.do_sample = cfg.do_sample
+    policy.do_sample = cfg.policy.do_sample
     return policy
 
 
@@ -260,12 +259,12 @@ def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, mode
     from rlinf.models.embodied.openvla import CheckpointError, OpenVLAOptions, enable_lora, load_openvla
 
     model_path = _openvla_precheck(cfg, obs, model_type)
-    action_dim = cfg.action_dim or 7
+    action_dim = cfg.policy.action_dim or 7
     options = OpenVLAOptions(
-        model_type=model_type, action_dim=action_dim, num_action_chunks=cfg.num_action_chunks or 1,
-        unnorm_key=cfg.unnorm_key, value_type=_value_type(cfg), add_value_head=cfg.add_value_head,
-        use_proprio=cfg.use_proprio, proprio_dim=obs.state_dim if cfg.use_proprio else None,
-        num_images_in_input=cfg.num_images_in_input, center_crop=cfg.center_crop, temperature=temperature)
+        model_type=model_type, action_dim=action_dim, num_action_chunks=cfg.policy.num_action_chunks or 1,
+        unnorm_key=cfg.policy.unnorm_key, value_type=_value_type(cfg), add_value_head=cfg.policy.add_value_head,
+        use_proprio=cfg.policy.use_proprio, proprio_dim=obs.state_dim if cfg.policy.use_proprio else None,
+        num_images_in_input=cfg.policy.num_images_in_input, center_crop=cfg.policy.center_crop, temperature=temperature)
     try:
         policy = load_openvla(model_path, options, dtype=getattr(torch, _DTYPES[cfg.precision]),
                               attn_implementation=cfg.attn_implementation)
@@ -278,18 +277,18 @@ def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, mode
         raise ConfigError(f"{PATH}.action_dim", f"{action_dim} does not match the checkpoint's statistics "
                           f"({len(stats['q01'])} values for {policy.unnorm_key!r})")
     text = policy.language_model.config
-    if cfg.hidden_size is not None and cfg.hidden_size != text.hidden_size:
-        raise ConfigError(f"{PATH}.hidden_size", f"{cfg.hidden_size} does not match the checkpoint "
+    if cfg.policy.hidden_size is not None and cfg.policy.hidden_size != text.hidden_size:
+        raise ConfigError(f"{PATH}.hidden_size", f"{cfg.policy.hidden_size} does not match the checkpoint "
                           f"({text.hidden_size})")
     # seed 003 writes the tokenizer's vocabulary (Llama-2: 32000); the LM's padded size (32064) is
     # accepted as well
     vocabs = (policy.tokens.base_vocab, text.vocab_size)
-    if cfg.vocab_size is not None and cfg.vocab_size not in vocabs:
-        raise ConfigError(f"{PATH}.vocab_size", f"{cfg.vocab_size} does not match the checkpoint "
+    if cfg.policy.vocab_size is not None and cfg.policy.vocab_size not in vocabs:
+        raise ConfigError(f"{PATH}.vocab_size", f"{cfg.policy.vocab_size} does not match the checkpoint "
                           f"({vocabs[0]} tokens, {vocabs[1]} with padding)")
     size = (policy.vision_backbone.image_size,) * 2
-    if cfg.image_size and _image_size(cfg, size) != size:
-        raise ConfigError(f"{PATH}.image_size", f"{list(cfg.image_size)} does not match the checkpoint's "
+    if cfg.policy.image_size and _image_size(cfg, size) != size:
+        raise ConfigError(f"{PATH}.image_size", f"{list(cfg.policy.image_size)} does not match the checkpoint's "
                           f"vision towers ({list(size)})")
     try:
         low, high = obs.bounds(action_dim)
@@ -297,7 +296,7 @@ def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, mode
         raise ConfigError(f"{PATH}.action_dim", f"{err} (the env's action space)") from None
     if obs.action_low is not None or obs.action_high is not None:
         policy.set_action_bounds(low.tolist(), high.tolist())
-    policy.do_sample = cfg.do_sample
+    policy.do_sample = cfg.policy.do_sample
     if cfg.gradient_checkpointing:
         policy.language_model.gradient_checkpointing_enable()
     if cfg.is_lora:

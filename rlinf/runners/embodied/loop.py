@@ -76,7 +76,7 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
     start together."""
     stages, model = cfg.rollout.pipeline_stage_num, cfg.actor.model
     env = WorkerGroup.launch(cluster, EnvWorker, plan.component("env"), name=cfg.env.group_name,
-                             args=(cfg.env, stages, model.num_action_chunks))
+                             args=(cfg.env, stages, model.policy.num_action_chunks))
     launched = [env]
     try:
         if cfg.runner.val_check_interval > 0 or cfg.runner.only_eval:
@@ -185,7 +185,7 @@ class EmbodiedRunner(ScheduledRunner):
 
     def _start_rollout(self, split: str, seed: int, record: bool, video_name: str | None = None) -> tuple:
         env_cfg = self.cfg.env.train if split == "train" else self.cfg.env.eval
-        steps = -(-(env_cfg.episode_steps or 50) // self.cfg.actor.model.num_action_chunks)
+        steps = -(-(env_cfg.episode_steps or 50) // self.cfg.actor.model.policy.num_action_chunks)
         tag = f"{split}{self._rollouts}"
         self._rollouts += 1
         if self.offload_actor:

@@ -43,36 +43,50 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
     """Start actor, rollout, reward and inference groups where the plan puts them; link actor ->
     rollout. Reference log-probs (``kl_beta > 0``) come from a separate inference group when
     ``inference`` is placed apart from the actor, else from a frozen copy inside the actor (as for
-    the reference's ``actor,inference,rollout: all``)."""
+    the reference's ``actor,inference,rollout: all``).
+
+    All groups' processes are requested first and then awaited together, so their start-up
+    (interpreter, imports, model load) overlaps; if any fails, every started group is shut down."""
     actor_worker = actor_worker_class(cfg, plan)
     max_tokens = cfg.runner.max_tokens_per_mbs if cfg.runner.enable_dynamic_batch_size else None
     use_inference = (cfg.algorithm.kl_beta > 0 and "inference" in plan.components
                      and plan.mode("actor", "inference") == Mode.DISAGGREGATED)
-    actor = WorkerGroup.launch(cluster, actor_worker, plan.component("actor"), name=cfg.actor.group_name,
-                               args=(cfg.model_path, cfg.actor, cfg.algorithm, total_steps, max_tokens,
-                                     not use_inference))
-    inference = None
-    if use_inference:
-        inference = WorkerGroup.launch(cluster, ReferenceWorker, plan.component("inference"),
-                                       name=cfg.inference.group_name, args=(cfg.model_path, cfg.actor, cfg.algorithm))
-    rollout_model = cfg.rollout.model.model_path or cfg.model_path
-    rollout = WorkerGroup.launch(cluster, GenerationWorker, plan.component("rollout"), name=cfg.rollout.group_name,
-                                 args=(rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model,
-                                       cfg.actor.tokenizer))
-    overlong = (cfg.algorithm.sampling_params.max_new_tokens, cfg.algorithm.overlong_buffer_len,
-                cfg.algorithm.overlong_penalty_factor, cfg.tokenizer_path, cfg.actor.tokenizer)
-    if "reward" in plan.components:
-        reward = WorkerGroup.launch(cluster, MathRewardWorker, plan.component("reward"), name=cfg.reward.group_name,
-                                    args=(cfg.reward, *overlong))
-    else:
-        reward = MathRewardWorker(cfg.reward, *overlong)
-    critic = None
-    if cfg.critic.use_critic_model:  # on the actor's devices unless placed
-        where = plan.component("critic") if "critic" in plan.components else plan.component("actor")
-        critic = WorkerGroup.launch(cluster, FSDPCriticWorker, where, name=cfg.critic.group_name,
-                                    args=(cfg.critic.model.model_path or cfg.model_path, cfg.actor, cfg.critic,
-                                          cfg.algorithm, total_steps, max_tokens))
-    TensorLink.connect(WEIGHT_LINK, actor, 0, rollout)
+    launched: list[WorkerGroup] = []
+
+    def launch(worker_cls, component, name, args) -> WorkerGroup:
+        group = WorkerGroup.launch(cluster, worker_cls, component, name=name, args=args, wait=False)
+        launched.append(group)
+        return group
+
+    try:
+        actor = launch(actor_worker, plan.component("actor"), cfg.actor.group_name,
+                       (cfg.model_path, cfg.actor, cfg.algorithm, total_steps, max_tokens, not use_inference))
+        inference = None
+        if use_inference:
+            inference = launch(ReferenceWorker, plan.component("inference"), cfg.inference.group_name,
+                               (cfg.model_path, cfg.actor, cfg.algorithm))
+        rollout_model = cfg.rollout.model.model_path or cfg.model_path
+        rollout = launch(GenerationWorker, plan.component("rollout"), cfg.rollout.group_name,
+                         (rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model, cfg.actor.tokenizer))
+        overlong = (cfg.algorithm.sampling_params.max_new_tokens, cfg.algorithm.overlong_buffer_len,
+                    cfg.algorithm.overlong_penalty_factor, cfg.tokenizer_path, cfg.actor.tokenizer)
+        if "reward" in plan.components:
+            reward = launch(MathRewardWorker, plan.component("reward"), cfg.reward.group_name, (cfg.reward, *overlong))
+        else:
+            reward = MathRewardWorker(cfg.reward, *overlong)
+        critic = None
+        if cfg.critic.use_critic_model:  # on the actor's devices unless placed
+            where = plan.component("critic") if "critic" in plan.components else plan.component("actor")
+            critic = launch(FSDPCriticWorker, where, cfg.critic.group_name,
+                            (cfg.critic.model.model_path or cfg.model_path, cfg.actor, cfg.critic, cfg.algorithm,
+                             total_steps, max_tokens))
+        for group in launched:
+            group.wait_started()
+        TensorLink.connect(WEIGHT_LINK, actor, 0, rollout)
+    except BaseException:
+        for group in launched:
+            group.shutdown()
+        raise
     return MathGroups(actor, rollout, reward, plan.mode("actor", "rollout"), inference, critic)
 
 
@@ -85,7 +99,7 @@ def actor_worker_class(cfg: MathConfig, plan: PlacementPlan) -> type:
     problem = megatron_import_error()
     if problem:
         raise ConfigError("actor.training_backend", problem)
-    m = cfg.actor.model
+    m = cfg.actor.model.llm
     ranks = plan.component("actor").world_size
     tp, pp = m.tensor_model_parallel_size, m.pipeline_model_parallel_size
     if ranks % (tp * pp):

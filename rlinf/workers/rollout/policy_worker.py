@@ -90,7 +90,7 @@ class PolicyRolloutWorker(Worker):
         self.policy = build_policy(model, obs_spec, temperature=temperature)
         self.policy.max_prompt_length = max_prompt_length  # VLAs: runner.max_prompt_length
         self.policy.to(self.device).eval()
-        self.forward_batch = model.val_micro_batch_size  # actor.model.val_micro_batch_size
+        self.forward_batch = model.policy.val_micro_batch_size  # actor.model.val_micro_batch_size
         self.env_ranks = list(range(self.rank, env_world_size, self.world_size))
         self.stages = stages
         self.policy_version = 0

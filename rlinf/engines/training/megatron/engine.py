@@ -84,7 +84,7 @@ class MegatronEngine(TrainingEngine):
         self.cfg, self.model_path, self.temperature = cfg, model_path, float(temperature)
         self.train_entropy, self.trainable = train_entropy, trainable
         m = cfg.model
-        self.layout = init_model_parallel(m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
+        self.layout = init_model_parallel(m.llm.tensor_model_parallel_size, m.llm.pipeline_model_parallel_size,
                                           cfg.seed, cfg.megatron.distributed_timeout_minutes)
         self.hf_config = setup.load_hf_config(model_path, cfg)
         self.checkpoint = setup.weights_folder(model_path, cfg, self.device)
@@ -93,7 +93,7 @@ class MegatronEngine(TrainingEngine):
         self.vocab_padded = int(self.meta["padded_vocab_size"])
         self.pad_token_id = int(getattr(self.hf_config, "pad_token_id", None) or 0)
         self.params_dtype = parse_dtype(m.precision)
-        self.sequence_parallel = m.sequence_parallel and self.layout.tp > 1
+        self.sequence_parallel = m.llm.sequence_parallel and self.layout.tp > 1
 
         torch.manual_seed(cfg.seed)
         self.module = setup.build_stage(self.hf_config, cfg, self.layout, self.meta, self.params_dtype,
@@ -137,7 +137,7 @@ class MegatronEngine(TrainingEngine):
     def _inputs(self, mbs: list[RolloutBatch]) -> list[ModelInputs]:
         """Device inputs of ``mbs``; one common shape when the pipeline needs fixed shapes."""
         multiple = self.layout.tp if self.sequence_parallel else 1
-        fixed = self.layout.pp > 1 and not self.cfg.model.variable_seq_lengths
+        fixed = self.layout.pp > 1 and not self.cfg.model.llm.variable_seq_lengths
         length = max(mb.prompt_ids.shape[1] + mb.response_ids.shape[1] for mb in mbs) if fixed else None
         if fixed and len({mb.batch_size for mb in mbs}) > 1:
             raise ValueError("actor.model.variable_seq_lengths=false with pipeline parallelism needs "
@@ -145,7 +145,7 @@ class MegatronEngine(TrainingEngine):
                              f"{sorted({mb.batch_size for mb in mbs})} (set it to true)")
         out = [model_inputs(mb, self.pad_token_id, self.device, seq_multiple=multiple, seq_length=length)
                for mb in mbs]
-        limit = self.cfg.model.seq_length
+        limit = self.cfg.model.llm.seq_length
         if limit is not None and max(x.shape[1] for x in out) > limit:
             raise ValueError(f"a micro-batch holds {max(x.shape[1] for x in out)} tokens, more than "
                              f"actor.model.seq_length={limit}")

@@ -30,7 +30,7 @@ def load_hf_config(model_path: str, cfg: ActorConfig):
         family = family_of(hf_config)
     except ConversionError as exc:
         raise ValueError(f"actor.training_backend: megatron cannot build {model_path}: {exc}") from None
-    m = cfg.model
+    m = cfg.model.llm
     expected = {"activation": "swiglu", "normalization": "rmsnorm", "position_embedding_type": "rope",
                 "add_bias_linear": False, "add_qkv_bias": family.qkv_bias}
     for key, value in expected.items():
@@ -51,8 +51,8 @@ def load_hf_config(model_path: str, cfg: ActorConfig):
 def weights_folder(model_path: str, cfg: ActorConfig, device: torch.device) -> str:
     """The converted checkpoint to load: ``actor.model.megatron_checkpoint``, or ``model_path``
     converted by global rank 0 (cached; the other ranks wait and get its path)."""
-    if cfg.model.megatron_checkpoint is not None:
-        return cfg.model.megatron_checkpoint
+    if cfg.model.llm.megatron_checkpoint is not None:
+        return cfg.model.llm.megatron_checkpoint
     from rlinf.engines.training.megatron.hf_cache import converted_checkpoint
 
     box: list[Any] = [None]
@@ -62,8 +62,8 @@ def weights_folder(model_path: str, cfg: ActorConfig, device: torch.device) -> s
         try:
             torch.set_num_threads(max(1, ck.process_num))  # actor.megatron.ckpt.process_num
             box[0] = str(converted_checkpoint(
-                ck.hf_model_path or model_path, ck.save_path, tp=cfg.model.tensor_model_parallel_size,
-                pp=cfg.model.pipeline_model_parallel_size, name=ck.model))
+                ck.hf_model_path or model_path, ck.save_path, tp=cfg.model.llm.tensor_model_parallel_size,
+                pp=cfg.model.llm.pipeline_model_parallel_size, name=ck.model))
         except Exception as exc:  # the other ranks must not wait for a path that never comes
             box[0] = exc
         finally:
@@ -89,7 +89,7 @@ def checkpoint_meta(folder: str, model_path: str, layout: ParallelLayout) -> dic
 
 def transformer_overrides(cfg: ActorConfig, params_dtype: torch.dtype, layout: ParallelLayout) -> dict[str, Any]:
     """``TransformerConfig`` fields from ``actor.model`` / ``actor.optim``."""
-    m, o = cfg.model, cfg.optim
+    m, o = cfg.model.llm, cfg.optim
     full = m.recompute_granularity == "full"
     return dict(
         params_dtype=params_dtype, bf16=o.bf16, fp16=o.fp16,
