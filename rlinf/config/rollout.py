@@ -61,7 +61,14 @@ class RolloutConfig:
             (``backend`` may then only be left at huggingface or name the same engine). Read
             :attr:`engine_backend` for the effective one.
         model: see :class:`ModelRef`.
-        recompute_logprobs: recompute log-probs with the actor before training.
+        recompute_logprobs: the PPO "old" log-probs are the actor's (true) or the rollout
+            engine's (false). When the update is provably on-policy (one optimizer step per
+            batch, synchronous, same weights, no dropout; the start-up line says which) the
+            actor's are exactly those its update computes, and no separate pass runs.
+        hf_decode: huggingface backend: lean runs the decode steps in rlinf's own loop over the HF
+            model (same processors and sampling rule, no per-step ``generate`` overhead) for the
+            Llama family (qwen2, qwen3, llama, mistral), falling back to ``generate`` for other
+            models; generate always calls ``model.generate``.
         gpu_memory_utilization: vLLM / SGLang GPU memory fraction.
         enforce_eager: disable CUDA graphs (vLLM).
         distributed_executor_backend: vLLM executor (mp, ray or uni).
@@ -102,6 +109,7 @@ class RolloutConfig:
     rollout_backend: Literal["huggingface", "vllm", "sglang"] | None = None
     model: ModelRef = field(default_factory=ModelRef)
     recompute_logprobs: bool = rule(True, scope="math")
+    hf_decode: Literal["lean", "generate"] = rule("lean", scope="math")
     gpu_memory_utilization: float = 0.55
     enforce_eager: bool = True
     distributed_executor_backend: Literal["mp", "ray", "uni"] = "mp"
@@ -150,6 +158,8 @@ class RolloutConfig:
         check(self.rollout_backend is None or self.backend in ("huggingface", self.rollout_backend),
               f"{path}.rollout_backend", f"{self.rollout_backend!r} disagrees with "
               f"{path}.backend={self.backend!r}; set one of them")
+        check(self.hf_decode == "lean" or self.engine_backend == "huggingface", f"{path}.hf_decode",
+              f"chooses the huggingface engine's decode loop; this run uses {self.engine_backend}")
         check(0 < self.gpu_memory_utilization <= 1, f"{path}.gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
         check(self.state_norm_clip > 0, f"{path}.state_norm_clip", f"must be > 0, got {self.state_norm_clip}")

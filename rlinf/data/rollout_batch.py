@@ -46,7 +46,9 @@ class RolloutBatch:
         group_size: samples per prompt; sample ``i`` belongs to group ``i // group_size``.
         group_ids: ``[B]`` dataset index of each sample's prompt.
         rollout_logprobs: ``[B, R]`` log-probs the rollout engine reported (behaviour policy).
-        old_logprobs: ``[B, R]`` log-probs recomputed by the actor before the update.
+        old_logprobs: ``[B, R]`` log-probs recomputed by the actor before the update; None at the
+            update when the update is on-policy and its own forward pass gives them (the
+            runner skipped the separate pass).
         ref_logprobs: ``[B, R]`` reference-model log-probs (KL).
         values: ``[B, R]`` critic values.
         rewards: ``[B]`` sequence rewards.

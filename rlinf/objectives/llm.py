@@ -78,20 +78,24 @@ def make_loss_fn(algo: AlgorithmConfig) -> LossFn:
 
     policy loss (``loss_type``: ppo with old = recomputed log-probs, or decoupled_ppo with
     proximal = recomputed and behaviour = rollout log-probs) + entropy bonus + KL loss (when
-    ``kl_beta > 0`` and not ``kl_in_reward``), all aggregated with ``loss_agg_func``.
+    ``kl_beta > 0`` and not ``kl_in_reward``), all aggregated with ``loss_agg_func``. A
+    micro-batch without ``old_logprobs`` is on-policy for this update (the runner skipped the
+    recompute, see ``rlinf.runners.math.pipeline.old_logprobs_are_current``): old = the current
+    log-probs, detached.
     """
 
     def loss_fn(logprobs: torch.Tensor, entropy: torch.Tensor | None, mb: RolloutBatch):
         mask = mb.response_mask
+        old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
         clip = dict(ratio_clip_eps=algo.ratio_clip_eps, clip_eps_high=algo.clip_ratio_high,
                     clip_ratio_c=algo.clip_ratio_c, early_stop_imp_ratio=algo.early_stop_imp_ratio,
                     loss_agg_func=algo.loss_agg_func)
         if algo.loss_type == "decoupled_ppo":
             loss, metrics = compute_decoupled_ppo_loss(
-                logprobs, mb.old_logprobs, mb.rollout_logprobs, mb.advantages, mask,
+                logprobs, old, mb.rollout_logprobs, mb.advantages, mask,
                 behav_imp_weight_cap=algo.behav_imp_weight_cap, **clip)
         else:
-            loss, metrics = compute_ppo_loss(logprobs, mb.old_logprobs, mb.advantages, mask, **clip)
+            loss, metrics = compute_ppo_loss(logprobs, old, mb.advantages, mask, **clip)
         metrics = dict(metrics)
         if entropy is not None:
             ent_loss, ent_metrics = compute_entropy_loss(entropy, mask, algo.entropy_bonus, algo.loss_agg_func)

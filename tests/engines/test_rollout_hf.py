@@ -199,3 +199,65 @@ def test_factory(tiny):
 def test_rejects_empty_prompt(engine):
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         engine.generate([[1], []], SamplingParams())
+
+
+# ---- the lean decode loop (rlinf.engines.rollout.lean_decode) vs model.generate ----------------
+
+def test_lean_loop_is_the_default_and_agrees_with_generate(tiny, engine):
+    path, _ = tiny
+    assert engine.decode_path == "lean"
+    plain = HFRolloutEngine(path, max_batch_size=64, decode="generate")
+    assert plain.decode_path.startswith("generate (")
+    greedy = SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=0)
+    assert [g.token_ids for g in engine.generate(PROMPTS, greedy, n=2)] == \
+        [g.token_ids for g in plain.generate(PROMPTS, greedy, n=2)]
+    for sp in (SamplingParams(do_sample=True, temperature=0.8, top_k=20, top_p=0.9, max_new_tokens=12,
+                              min_new_tokens=3, repetition_penalty=1.1, frequency_penalty=0.5),
+               SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=9, min_new_tokens=9, min_p=0.05)):
+        lean, ref = engine.generate(PROMPTS, sp, n=3, seed=11), plain.generate(PROMPTS, sp, n=3, seed=11)
+        assert [g.token_ids for g in lean] == [g.token_ids for g in ref]  # same RNG draws, same scores
+        assert [g.finish_reason for g in lean] == [g.finish_reason for g in ref]
+        for a, b in zip(lean, ref):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+def test_lean_loop_stops_when_every_row_finished(tiny):
+    path, _ = tiny
+    sp = SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=0)
+    lean = HFRolloutEngine(path, eos_token_id=[3, 5, 7])
+    plain = HFRolloutEngine(path, eos_token_id=[3, 5, 7], decode="generate")
+    free = HFRolloutEngine(path).generate([PROMPTS[0]], sp)[0].token_ids
+    stop = HFRolloutEngine(path, eos_token_id=free[2]), HFRolloutEngine(path, eos_token_id=free[2], decode="generate")
+    assert [g.token_ids for g in lean.generate(PROMPTS, sp)] == [g.token_ids for g in plain.generate(PROMPTS, sp)]
+    got = stop[0].generate([PROMPTS[0]] * 3, sp)
+    assert [g.token_ids for g in got] == [g.token_ids for g in stop[1].generate([PROMPTS[0]] * 3, sp)]
+    assert all(g.finish_reason == "stop" and len(g.token_ids) <= 3 for g in got)
+
+
+def test_other_architectures_fall_back_to_generate(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=2, n_positions=64,
+                               eos_token_id=EOS, bos_token_id=1)).save_pretrained(tmp_path)
+    eng = HFRolloutEngine(str(tmp_path))
+    assert eng.decode_path == "generate (model_type 'gpt2' is not one of qwen2, qwen3, llama, mistral)"
+    gens = eng.generate(PROMPTS, SamplingParams(do_sample=False, max_new_tokens=4, min_new_tokens=4))
+    assert all(len(g.token_ids) == 4 for g in gens)
+
+
+def test_lean_loop_runs_llama_and_qwen3(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  eos_token_id=EOS, bos_token_id=1, pad_token_id=0, initializer_range=0.3)
+    for name, cls, cfg in (("llama", LlamaForCausalLM, LlamaConfig(**common)),
+                           ("qwen3", Qwen3ForCausalLM, Qwen3Config(head_dim=16, **common))):
+        torch.manual_seed(0)
+        cls(cfg).save_pretrained(tmp_path / name)
+        lean, plain = HFRolloutEngine(str(tmp_path / name)), HFRolloutEngine(str(tmp_path / name), decode="generate")
+        assert lean.decode_path == "lean", name
+        sp = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=8, min_new_tokens=0)
+        assert [g.token_ids for g in lean.generate(PROMPTS, sp, n=2, seed=3)] == \
+            [g.token_ids for g in plain.generate(PROMPTS, sp, n=2, seed=3)], name

@@ -37,7 +37,8 @@ def make_rollout_engine(backend: str, model_path: str, rollout_cfg: Any = None, 
     if backend == "huggingface":
         from rlinf.engines.rollout.hf import HFRolloutEngine
 
-        args: dict[str, Any] = dict(eos_token_id=rollout_cfg.eos, pad_token_id=rollout_cfg.padding)
+        args: dict[str, Any] = dict(eos_token_id=rollout_cfg.eos, pad_token_id=rollout_cfg.padding,
+                                    decode=rollout_cfg.hf_decode)
         args.update(kw)
         return HFRolloutEngine(model_path, **args)
     if backend == "vllm":

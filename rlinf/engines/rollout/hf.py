@@ -14,6 +14,12 @@ The first processor sees the raw float32 logits of each step and records
 :mod:`rlinf.engines.rollout._common` (no penalty, no truncation). Only one step of full-vocab
 log-probs is kept alive at a time.
 
+Decoding: ``decode="lean"`` (the default) runs the steps with
+:func:`~rlinf.engines.rollout.lean_decode.lean_generate` — the same model, processors and
+sampling rule without ``generate``'s per-step overhead — for the Llama family (qwen2, qwen3,
+llama, mistral); any other model, or ``decode="generate"``, uses ``model.generate``.
+:attr:`HFRolloutEngine.decode_path` says which one runs and why.
+
 Example (a tiny random model; real use passes a checkpoint folder)::
 
     engine = HFRolloutEngine("/path/to/hf_model", max_batch_size=32)
@@ -38,6 +44,7 @@ from rlinf.engines.rollout._common import (
     parameter_layout,
 )
 from rlinf.engines.rollout.base import Generation, RolloutEngine
+from rlinf.engines.rollout.lean_decode import lean_decode_problem, lean_generate
 
 
 class _RawLogprobRecorder:
@@ -80,15 +87,20 @@ class HFRolloutEngine(RolloutEngine):
         max_batch_size: sequences per ``generate`` call (prompts x n are chunked).
         eos_token_id: override (int or list); default: the checkpoint's generation / model config.
         pad_token_id: override; default: the checkpoint's pad id, else the first EOS id, else 0.
+        decode: ``lean`` (the lean loop where the architecture allows, else ``generate``) or
+            ``generate`` (always ``model.generate``).
     """
 
     def __init__(self, model_path: str, *, device: str | torch.device | None = None,
                  dtype: torch.dtype | str | None = None, max_batch_size: int = 64,
-                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None):
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+                 decode: str = "lean"):
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if decode not in ("lean", "generate"):
+            raise ValueError(f"decode must be 'lean' or 'generate', got {decode!r}")
         self.device = torch.device(device if device is not None else
                                    ("cuda" if torch.cuda.is_available() else "cpu"))
         if dtype is None:
@@ -120,6 +132,10 @@ class HFRolloutEngine(RolloutEngine):
             bos_token_id=getattr(model.config, "bos_token_id", None))
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self._shapes, self._groups = parameter_layout(model)
+        problem = lean_decode_problem(model) if decode == "lean" else "decode: generate was asked for"
+        self.lean = problem is None
+        #: ``lean`` or ``generate (<why>)``: the decode loop this engine runs
+        self.decode_path = "lean" if self.lean else f"generate ({problem})"
 
     # ---- generation -----------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
@@ -194,9 +210,17 @@ class HFRolloutEngine(RolloutEngine):
             repetition_penalty=1.0,
             num_beams=1, num_return_sequences=1, eos_token_id=self._eos(sampling) or None,
             pad_token_id=self.pad_token_id, return_dict_in_generate=False, use_cache=True)
-        sequences = self.model.generate(
-            input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
-            generation_config=gen_cfg, logits_processor=self._processors(sampling, prompt_len, recorder))
+        processors = self._processors(sampling, prompt_len, recorder)
+        if self.lean:
+            sequences = lean_generate(
+                self.model, input_ids.to(self.device), attention_mask.to(self.device),
+                max_new_tokens=int(sampling.max_new_tokens), processors=processors,
+                do_sample=bool(sampling.do_sample), eos_token_ids=self._eos(sampling),
+                pad_token_id=self.pad_token_id)
+        else:
+            sequences = self.model.generate(
+                input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
+                generation_config=gen_cfg, logits_processor=processors)
         logprobs = recorder.finish(sequences).cpu()
         responses = sequences[:, prompt_len:].cpu()
         eos = set(self._eos(sampling))

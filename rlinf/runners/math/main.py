@@ -92,6 +92,10 @@ def _run_math_once(raw: Any, print_fn=print) -> dict[str, float]:
                        if c in plan.components))
     groups = launch_math_groups(cfg, cluster, plan, total)
     runner = MathGRPORunner(cfg, groups, train, val, pad, logger)
+    if cfg.rollout.recompute_logprobs:
+        why = runner.pipeline.recompute_reason
+        print_fn("[rlinf] old log-probs: " + ("the update's own (one on-policy optimizer step per batch: no "
+                                              "separate pass)" if why is None else f"recomputed by the actor ({why})"))
     try:
         return runner.run(print_fn)
     finally:

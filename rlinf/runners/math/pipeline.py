@@ -11,6 +11,12 @@ Two paths, chosen once from the placement mode of actor and rollout:
 
 Either way the result is one :class:`RolloutBatch` whose groups are contiguous, with
 ``rewards``, ``old_logprobs`` and (``kl_beta > 0``) ``ref_logprobs`` filled.
+
+Old log-probs (``rollout.recompute_logprobs: true``) are the actor's log-probs of the batch under
+the weights that generated it. When the update is provably on-policy
+(:func:`old_logprobs_are_current` returns None) those are exactly the log-probs the update's own
+forward pass computes, so the separate pass is skipped and ``old_logprobs`` stays None: the loss
+uses the detached current log-probs (ratio 1), as the recompute would give up to float rounding.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+import json
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -48,6 +56,58 @@ class Submitted:
     started: float = field(default_factory=time.perf_counter)
 
 
+def old_logprobs_are_current(cfg: MathConfig) -> str | None:
+    """None when the actor's old log-probs of a batch are provably the log-probs its single
+    update computes in its own forward pass (so the recompute can be skipped), else why not.
+
+    Holds when: ``recompute_logprobs`` is on (else the rollout's log-probs are "old"); one
+    optimizer step per batch (``n_minibatches`` 1: every micro-batch of it sees the weights that
+    generated the batch); synchronous rollout (``max_head_offpolicyness`` 0) from the actor's own
+    weights (``rollout.model.model_path`` null or the actor's); no KL folded into rewards (it reads
+    the old log-probs before the update); the FSDP backend; and a deterministic training forward
+    (every ``*dropout`` / ``*pdrop`` of the model's config.json is 0).
+    """
+    algo, ro = cfg.algorithm, cfg.rollout
+    reasons = []
+    if not ro.recompute_logprobs:
+        reasons.append("rollout.recompute_logprobs is false")
+    if algo.n_minibatches != 1:
+        reasons.append(f"algorithm.n_minibatches is {algo.n_minibatches}")
+    if algo.max_head_offpolicyness:
+        reasons.append("the rollout runs ahead (algorithm.max_head_offpolicyness > 0)")
+    if ro.model.model_path and cfg.actor.model.model_path and ro.model.model_path != cfg.actor.model.model_path:
+        reasons.append("the rollout starts from other weights (rollout.model.model_path)")
+    if algo.kl_beta > 0 and algo.kl_in_reward:
+        reasons.append("the KL penalty in the reward reads them before the update")
+    if cfg.actor.training_backend != "fsdp":
+        reasons.append(f"actor.training_backend is {cfg.actor.training_backend}")
+    dropout = _dropout_keys(cfg.model_path)
+    if dropout:
+        reasons.append(f"the model has dropout ({', '.join(dropout)})")
+    return "; ".join(reasons) or None
+
+
+def _dropout_keys(model_path: str | None) -> list[str]:
+    """Keys of the folder's config.json (nested configs too) naming a non-zero dropout."""
+    try:
+        with open(os.path.join(model_path or "", "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return ["config.json unreadable"]
+    found = []
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            elif (key.endswith("dropout") or key.endswith("pdrop")) and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) and value > 0:
+                found.append(f"{prefix}{key}={value}")
+
+    walk(config, "")
+    return found
+
+
 class RolloutPipeline:
     """Generation -> reward -> log-probs for one batch of prompts.
 
@@ -61,6 +121,8 @@ class RolloutPipeline:
         self.cfg, self.groups, self.pad_token_id = cfg, groups, pad_token_id
         self.collocated = groups.actor_rollout_mode != Mode.DISAGGREGATED
         self.swap_rollout = cfg.rollout.enable_offload is not False  # null = swap when collocated
+        #: None: the old log-probs are the update's own (no recompute pass); else why they are not
+        self.recompute_reason = old_logprobs_are_current(cfg)
         self._ids = itertools.count()
         self.channel = None
         if not self.collocated:
@@ -185,7 +247,7 @@ class RolloutPipeline:
         """Start the old (when recomputed) and reference (when ``kl_beta > 0``) log-prob passes."""
         calls: dict[str, GroupCall] = {}
         actor = self.groups.actor
-        if self.cfg.rollout.recompute_logprobs:
+        if self.cfg.rollout.recompute_logprobs and self.recompute_reason is not None:
             calls["old_logprobs"] = actor.execute_each(
                 "compute_logprobs", [(s,) for s in _split_ragged(batch, actor.world_size)])
         if self.cfg.algorithm.kl_beta > 0:
