@@ -287,4 +287,8 @@ CASES = [
     _e(["++env.channel.queue_size=4"], "env.channel.queue_size", "a bound on a pipe"),
     _e(["++algorithm.kl_penalty=low_var_kl"], "algorithm.kl_penalty", "KL estimator without a KL term"),
     _e(["++rollout.recompute_logprobs=false"], "rollout.recompute_logprobs", "a math rollout key"),
+    # ---- issue 13
+    _m(["rollout.backend=vllm", "++rollout.hf_decode=generate"], "rollout.hf_decode",
+       "the HF engine's decode loop chosen for a vLLM rollout"),
+    _e(["++rollout.hf_decode=generate"], "rollout.hf_decode", "the HF engine's decode loop in an embodied run"),
 ]
