@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.errors import ClusterError
@@ -276,14 +277,26 @@ def _label_rank(node: dict, count: int) -> int:
     return int(value)
 
 
+_ISSUED_PORTS: dict[str, set[int]] = {}
+
+
 def free_port_on(node: NodeInfo) -> int:
-    """A TCP port that is free right now on ``node`` (asked by a tiny task pinned there)."""
+    """A TCP port that is free right now on ``node`` and was not handed out before by this driver.
+
+    The port is picked below the node's ephemeral range (``ip_local_port_range``), so that the
+    outgoing connections Ray and gloo keep opening cannot take it between the pick and the worker's
+    ``listen``; and a port handed out once (to a group that may still be starting, or to one whose
+    killed process the kernel has not released yet) is never handed out again by this driver.
+    """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    issued = _ISSUED_PORTS.setdefault(node.node_id, set())
     task = _free_port_task().options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
-    return ray.get(task.remote())
+    port = ray.get(task.remote(sorted(issued)))
+    issued.add(port)
+    return port
 
 
 @functools.cache
@@ -293,7 +306,33 @@ def _free_port_task():
     return ray.remote(num_cpus=0)(_bind_free_port)
 
 
-def _bind_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bind_free_port(avoid: list[int] | tuple = ()) -> int:
+    """A port this host can bind now: random below the ephemeral range, else any the kernel gives."""
+    import random
+
+    low, _ = _ephemeral_range()
+    avoid = set(avoid)
+    candidates = [p for p in range(max(1024, low - 12000), low) if p not in avoid]
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+            return port
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+    raise OSError("no free TCP port on this host")
