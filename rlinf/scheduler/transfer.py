@@ -4,7 +4,14 @@ This is what actor -> rollout weight sync is built on. A :class:`TensorLink` is 
 ``torch.distributed`` process group (gloo on CPU, NCCL when every member has CUDA) made from a
 ``TCPStore``, so it coexists with each group's own default process group. The source is link
 rank 0; a send is a broadcast of (1) the names, shapes and dtypes and (2) the tensors packed into
-per-dtype buckets of at most ``bucket_bytes`` (a tensor larger than that goes alone, uncopied).
+per-dtype buckets of at most ``bucket_bytes`` (a larger tensor goes in pieces). When every
+member sits on the source's node and the link is on CPU, the buckets go through a two-slot
+shared-memory staging file instead of the process group (see :mod:`rlinf.scheduler.transfer_stream`).
+
+A source may be a dict or a :class:`LazyTensors` (names, shapes and dtypes known up front, each
+tensor made only when its bucket is packed: an FSDP actor gathers one parameter at a time). A
+receiver may take a dict (``recv_tensors``) or a :class:`~rlinf.scheduler.transfer_stream.TensorStream`
+(``recv_tensor_stream``: one bucket at a time, no full extra copy of the weights).
 
 Driver side::
 
@@ -16,14 +23,17 @@ Worker side (both calls run concurrently, driven by two group calls)::
     self.send_tensors("weights", model.state_dict())
     # in every rollout worker
     state = self.recv_tensors("weights")
+    # ... or one bucket at a time, straight into the engine
+    with self.recv_tensor_stream("weights") as stream:
+        engine.load_weights(stream, specs=stream.specs)
 
 Example:
-    >>> from rlinf.scheduler.transfer import plan_buckets
+    >>> from rlinf.scheduler.transfer import plan_send
     >>> import torch
     >>> specs = [("a", torch.Size([4]), torch.float32), ("b", torch.Size([2]), torch.int64),
     ...          ("c", torch.Size([8]), torch.float32)]
-    >>> plan_buckets(specs, bucket_bytes=32)
-    [[0], [2], [1]]
+    >>> plan_send(specs, bucket_bytes=32)
+    [[(0, 0, 4)], [(2, 0, 8)], [(1, 0, 2)]]
 """
 
 from __future__ import annotations
@@ -31,12 +41,30 @@ from __future__ import annotations
 import datetime
 import pickle
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+from rlinf.scheduler.transfer_stream import (Header, Piece, SourceReader, Staging, TensorStream, pack_bucket,
+                                             plan_send, send_order, write_bucket)
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
 
+__all__ = ["DEFAULT_BUCKET_BYTES", "LazyTensors", "Piece", "TensorLink", "TensorStream", "plan_send",
+           "recv_tensor_stream", "recv_tensors", "send_order", "send_tensors"]
+
 DEFAULT_BUCKET_BYTES = 256 * 2**20
+#: Bucket size of the one-host shared-memory path (the staging holds two).
+STAGING_BUCKET_BYTES = 64 * 2**20
+
+
+class LazyTensors(Protocol):
+    """A source whose tensors are made on demand, in :func:`send_order` of its specs."""
+
+    def tensor_specs(self) -> list[tuple[str, tuple, Any]]:
+        """``(name, shape, dtype)`` of every tensor, without making any."""
+
+    def __getitem__(self, name: str) -> Any:
+        """The tensor ``name`` (may be a collective: called in the same order on every rank)."""
 
 
 @dataclass
@@ -47,6 +75,8 @@ class _LinkState:
     device: Any
     bucket_bytes: int
     backend: str
+    one_host: bool = False
+    staging: Staging | None = None
 
 
 @dataclass(frozen=True)
@@ -56,51 +86,25 @@ class _Abort:
     reason: str
 
 
-def _unsendable(tensors: Any, backend: str) -> str | None:
-    """Why ``tensors`` cannot be sent (``None`` when it can): not a dict of tensors, or a dtype
-    the backend cannot carry (gloo has no float8)."""
+def _specs_of(tensors: Any, backend: str) -> tuple[list | None, str | None]:
+    """``(specs, None)`` for a sendable source, ``(None, reason)`` otherwise: not a dict of
+    tensors (or a :class:`LazyTensors`), or a dtype the backend cannot carry (gloo has no float8)."""
     import torch
 
-    if not isinstance(tensors, dict):
-        return f"expected a dict of tensors, got {type(tensors).__name__}"
-    for name, value in tensors.items():
-        if not isinstance(value, torch.Tensor):
-            return f"{name!r} is a {type(value).__name__}, not a tensor (drop or convert it first)"
-        if backend == "gloo" and "float8" in str(value.dtype):
-            return f"{name!r} has dtype {value.dtype}, which gloo cannot send; cast it first"
-    return None
-
-
-def plan_buckets(specs: Sequence[tuple[str, Any, Any]], bucket_bytes: int) -> list[list[int]]:
-    """Group tensor indices by dtype into buckets of at most ``bucket_bytes`` (order kept per dtype).
-
-    A tensor of ``bucket_bytes`` or more gets a bucket of its own.
-    """
-    import math
-
-    by_dtype: dict[Any, list[int]] = {}
-    for i, (_, _, dtype) in enumerate(specs):
-        by_dtype.setdefault(dtype, []).append(i)
-    buckets: list[list[int]] = []
-    for dtype, indices in by_dtype.items():
-        current, size = [], 0
-        itemsize = _itemsize(dtype)
-        for i in indices:
-            nbytes = math.prod(specs[i][1]) * itemsize
-            if current and size + nbytes > bucket_bytes:
-                buckets.append(current)
-                current, size = [], 0
-            current.append(i)
-            size += nbytes
-        if current:
-            buckets.append(current)
-    return buckets
-
-
-def _itemsize(dtype) -> int:
-    import torch
-
-    return torch.empty((), dtype=dtype).element_size()
+    if hasattr(tensors, "tensor_specs"):
+        specs = [(n, tuple(shape), dtype) for n, shape, dtype in tensors.tensor_specs()]
+    elif isinstance(tensors, dict):
+        for name, value in tensors.items():
+            if not isinstance(value, torch.Tensor):
+                return None, f"{name!r} is a {type(value).__name__}, not a tensor (drop or convert it first)"
+        specs = [(n, tuple(v.shape), v.dtype) for n, v in tensors.items()]
+    else:
+        return None, f"expected a dict of tensors, got {type(tensors).__name__}"
+    if backend == "gloo":
+        for name, _, dtype in specs:
+            if "float8" in str(dtype):
+                return None, f"{name!r} has dtype {dtype}, which gloo cannot send; cast it first"
+    return specs, None
 
 
 class TensorLink:
@@ -120,6 +124,7 @@ class TensorLink:
         *,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         timeout_s: float = 300.0,
+        shared_memory: bool | None = None,
     ) -> "TensorLink":
         """Build the link's process group on every member and return once all have joined.
 
@@ -129,6 +134,9 @@ class TensorLink:
             dst_group, dst_ranks: the receiving workers (default: every rank of ``dst_group``).
             bucket_bytes: largest packed bucket; bigger tensors travel alone.
             timeout_s: how long a member waits in a collective before raising.
+            shared_memory: move buckets through ``/dev/shm`` (one-host CPU links only); default:
+                whenever every member is on the source's node and the backend is gloo; False
+                forces the process-group path (what a link across hosts uses).
         """
         from rlinf.scheduler.cluster import free_port_on
 
@@ -144,10 +152,16 @@ class TensorLink:
         devices = [g._execute("_rlinf_device_type", ranks=[r]) for g, r in members]
         backend = "nccl" if all(d.wait(timeout=60)[0] == "cuda" for d in devices) else "gloo"
         src_node = src_group.cluster.node(src_group.placement.processes[src_rank].node)
+        one_host = backend == "gloo" and all(
+            g.placement.processes[r].node == src_group.placement.processes[src_rank].node for g, r in members)
+        if shared_memory and not one_host:
+            raise ValueError(f"tensor link {name!r}: shared_memory=True needs every member on the source's "
+                             "node and CPU workers (gloo)")
+        one_host = one_host if shared_memory is None else bool(shared_memory)
         port = free_port_on(src_node)
         calls = [
             g._execute("_rlinf_join_link", name, link_rank, len(members), src_node.ip, port,
-                       backend, bucket_bytes, timeout_s, ranks=[r])
+                       backend, bucket_bytes, timeout_s, one_host, ranks=[r])
             for link_rank, (g, r) in enumerate(members)
         ]
         for call in calls:
@@ -156,7 +170,7 @@ class TensorLink:
 
 
 def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backend: str,
-              bucket_bytes: int, timeout_s: float, device) -> _LinkState:
+              bucket_bytes: int, timeout_s: float, device, one_host: bool = False) -> _LinkState:
     """Worker side of :meth:`TensorLink.connect`: build the link's process group."""
     import torch.distributed as dist
 
@@ -167,53 +181,69 @@ def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backe
         group = dist.ProcessGroupNCCL(store, rank, world_size)
     else:
         group = dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    return _LinkState(name, rank, group, device, bucket_bytes, backend)
+    return _LinkState(name, rank, group, device, bucket_bytes, backend, one_host)
 
 
-def send_tensors(link: _LinkState, tensors: dict[str, Any]) -> int:
-    """Broadcast ``tensors`` from link rank 0 to all members; returns the bytes sent."""
+def send_tensors(link: _LinkState, tensors: "dict[str, Any] | LazyTensors") -> int:
+    """Send ``tensors`` from link rank 0 to all members; returns the bytes sent.
+
+    Returns when every receiver has the data (one-host path: has copied the last bucket out)."""
     import torch
 
     if link.rank != 0:
         raise RuntimeError(f"link {link.name!r}: only its source (rank 0) sends; this is rank {link.rank}")
-    problem = _unsendable(tensors, link.backend)
+    specs, problem = _specs_of(tensors, link.backend)
     if problem:
         _broadcast_object(link, _Abort(problem))  # receivers fail now, not at the link timeout
         raise ValueError(f"link {link.name!r}: {problem}")
-    names = list(tensors)
-    specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in names]
-    _broadcast_object(link, specs)
-    sent = 0
-    for bucket in plan_buckets(specs, link.bucket_bytes):
-        if len(bucket) == 1:
-            flat = tensors[names[bucket[0]]].detach().to(link.device).contiguous()
-        else:
-            flat = torch.cat([tensors[names[i]].detach().to(link.device).reshape(-1) for i in bucket])
-        link.process_group.broadcast(flat, 0).wait()
-        sent += flat.numel() * flat.element_size()
+    reader = SourceReader(tensors, specs)
+    if not link.one_host:
+        _broadcast_object(link, Header(specs, link.bucket_bytes))
+        sent = 0
+        for bucket in plan_send(specs, link.bucket_bytes):
+            flat = pack_bucket(reader, bucket, link.device)
+            link.process_group.broadcast(flat, 0).wait()
+            sent += flat.numel() * flat.element_size()
+        return sent
+    bucket_bytes = min(link.bucket_bytes, STAGING_BUCKET_BYTES)
+    if link.staging is None or link.staging.slot_bytes != bucket_bytes:
+        if link.staging is not None:
+            link.staging.unlink()
+        link.staging = Staging.create(link.name, bucket_bytes)
+    staging = link.staging
+    _broadcast_object(link, Header(specs, bucket_bytes, staging.path))
+    group, sent = link.process_group, 0
+    buckets = plan_send(specs, bucket_bytes)
+    for index, bucket in enumerate(buckets):
+        sent += write_bucket(staging.slot(index), reader, bucket)
+        if index > 0:
+            group.barrier().wait()  # receivers are done with bucket index - 1
+        group.barrier().wait()  # bucket `index` is ready
+        if index == 0:
+            staging.unlink()  # every receiver has mapped the file by now
+    if buckets:
+        group.barrier().wait()  # the last slot is free again
     return sent
 
 
-def recv_tensors(link: _LinkState) -> dict[str, Any]:
-    """Receive what the source's :func:`send_tensors` broadcasts; returns name -> tensor."""
-    import math
-
-    import torch
-
+def recv_tensor_stream(link: _LinkState, own: bool = False) -> TensorStream:
+    """Start receiving what the source's :func:`send_tensors` sends: the header now, the tensors as
+    the returned stream is iterated (``own=True``: each tensor is a fresh copy that stays valid)."""
     if link.rank == 0:
         raise RuntimeError(f"link {link.name!r}: its source (rank 0) cannot receive")
-    specs = _broadcast_object(link, None)
-    if isinstance(specs, _Abort):
-        raise RuntimeError(f"link {link.name!r}: the sender aborted: {specs.reason}")
-    out: dict[str, Any] = {}
-    for bucket in plan_buckets(specs, link.bucket_bytes):
-        dtype = specs[bucket[0]][2]
-        numels = [math.prod(specs[i][1]) for i in bucket]
-        flat = torch.empty(sum(numels), dtype=dtype, device=link.device)
-        link.process_group.broadcast(flat, 0).wait()
-        for i, part in zip(bucket, torch.split(flat, numels)):
-            out[specs[i][0]] = part.view(specs[i][1])
-    return {name: out[name] for name, _, _ in specs}
+    header = _broadcast_object(link, None)
+    if isinstance(header, _Abort):
+        raise RuntimeError(f"link {link.name!r}: the sender aborted: {header.reason}")
+    if header.staging_path and (link.staging is None or link.staging.path != header.staging_path):
+        link.staging = Staging(header.staging_path, header.bucket_bytes, create=False)
+    return TensorStream(link, header, link.staging if header.staging_path else None, own=own)
+
+
+def recv_tensors(link: _LinkState) -> dict[str, Any]:
+    """Receive what the source's :func:`send_tensors` sends; returns name -> tensor (owned)."""
+    stream = recv_tensor_stream(link, own=True)
+    got = dict(stream)
+    return {name: got[name] for name, _, _ in stream.specs}
 
 
 def _broadcast_object(link: _LinkState, obj: Any) -> Any:

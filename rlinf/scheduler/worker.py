@@ -95,10 +95,12 @@ class Worker:
             torch.cuda.set_device(self.device)
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
 
-    def send_tensors(self, link: str, tensors: dict) -> int:
-        """Send ``tensors`` (name -> tensor) over link ``link``; this worker must be its source.
+    def send_tensors(self, link: str, tensors) -> int:
+        """Send ``tensors`` (a dict name -> tensor, or a ``transfer.LazyTensors``) over link
+        ``link``; this worker must be its source.
 
-        The receivers call :meth:`recv_tensors` at the same time. Returns the bytes sent.
+        The receivers call :meth:`recv_tensors` / :meth:`recv_tensor_stream` at the same time.
+        Returns the bytes sent.
         """
         from rlinf.scheduler.transfer import send_tensors
 
@@ -109,6 +111,14 @@ class Worker:
         from rlinf.scheduler.transfer import recv_tensors
 
         return recv_tensors(self._rlinf_link(link))
+
+    def recv_tensor_stream(self, link: str):
+        """Receive one bucket at a time: a :class:`~rlinf.scheduler.transfer_stream.TensorStream`
+        of ``(name, tensor)`` pairs, each valid until the next bucket; use it in a ``with`` block
+        (leaving it receives what was not consumed, keeping the link in step)."""
+        from rlinf.scheduler.transfer import recv_tensor_stream
+
+        return recv_tensor_stream(self._rlinf_link(link))
 
     def pipe(self, name: str, peer_rank: int):
         """This worker's end of pipe ``name`` to rank ``peer_rank`` of the other group
@@ -147,13 +157,14 @@ class Worker:
                            "create it on the driver with TensorLink.connect(...)")
         return links[name]
 
-    def _rlinf_join_link(self, name, rank, world_size, addr, port, backend, bucket_bytes, timeout_s):
+    def _rlinf_join_link(self, name, rank, world_size, addr, port, backend, bucket_bytes, timeout_s,
+                         one_host=False):
         from rlinf.scheduler.transfer import join_link
 
         if not hasattr(self, "_rlinf_links"):
             self._rlinf_links = {}
         self._rlinf_links[name] = join_link(name, rank, world_size, addr, port, backend,
-                                            bucket_bytes, timeout_s, self.device)
+                                            bucket_bytes, timeout_s, self.device, one_host)
 
     def _rlinf_device_type(self) -> str:
         return self.device.type

@@ -118,6 +118,11 @@ def run_worker(rank: int, world: int, port: int, model_dir: str, out_dir: str) -
         res["metrics"] += _train(eng, batch, rank, 2)
         res["logp3"], _ = eng.compute_logprobs(mine, LOGPROB_MBS)
         res["state"] = eng.full_state_dict()
+        from rlinf.scheduler.transfer import send_order
+
+        source = eng.weight_source()  # every rank gathers, in the order a sync sends
+        specs = source.tensor_specs()
+        res["gathered"] = {specs[i][0]: source[specs[i][0]].clone() for i in send_order(specs)}
         eng.export_hf(os.path.join(out_dir, "export"))
         del eng
 

@@ -161,6 +161,19 @@ def test_world_size_one_resumes_two_rank_checkpoint(run, reference):
     assert single["empty_shapes"] == [[0, 6], [0, 6]]
 
 
+def test_weights_gathered_one_tensor_at_a_time_equal_the_full_state_dict(run):
+    """What a weight sync sends (GatheredWeights): the full state dict's tensors, gathered on both
+    ranks in the sync's order; tied names are announced once (receivers fill the other)."""
+    state, gathered = run.ranks[0]["state"], run.ranks[0]["gathered"]
+    assert run.ranks[1]["gathered"].keys() == gathered.keys()
+    assert set(gathered) <= set(state)
+    for name, value in gathered.items():
+        assert torch.equal(value, state[name]) and value.dtype == state[name].dtype, name
+    left_out = set(state) - set(gathered)
+    assert all(any(torch.equal(state[n], gathered[g]) for g in gathered) for n in left_out)
+    assert len(left_out) <= 1  # the tiny model ties lm_head.weight to the embedding
+
+
 def test_full_state_dict_and_export_hf_round_trip(run):
     from transformers import PreTrainedTokenizerFast
 

@@ -163,6 +163,28 @@ def test_load_weights_in_place(tiny):
     assert [g.token_ids for g in eng.generate(PROMPTS, sp)] == before
 
 
+def test_load_weight_stream_copies_pieces_in_place(tiny):
+    """A weight stream with buckets smaller than the embedding: tensors arrive in pieces through
+    one reused buffer; the engine copies each piece into place and ends with the new weights."""
+    from stream_helpers import stream_of
+
+    path, model = tiny
+    eng = HFRolloutEngine(path)
+    new = _tiny_model(seed=2)
+    state = {n: p.detach() for n, p in new.named_parameters()}  # tied lm_head.weight left out
+    bucket = 256  # bytes: every matrix comes in several pieces
+    assert max(t.numel() * t.element_size() for t in state.values()) > 4 * bucket
+    params_before = {n: p for n, p in eng.model.named_parameters()}
+    with stream_of(state, bucket) as stream:
+        eng.load_weight_stream(stream)
+    assert stream._buffer.numel() * stream._buffer.element_size() <= bucket  # one bucket in flight
+    assert all(p is params_before[n] for n, p in eng.model.named_parameters()), "must copy in place"
+    for name, value in new.state_dict().items():
+        assert torch.equal(eng.model.state_dict()[name], value), name
+    with pytest.raises(KeyError, match="model.norm.weight"):  # checked before any piece arrives
+        eng.load_weight_stream(stream_of({k: v for k, v in state.items() if k != "model.norm.weight"}, bucket))
+
+
 def test_load_weights_strict(tiny):
     path, model = tiny
     eng = HFRolloutEngine(path)

@@ -97,6 +97,17 @@ def _vllm_worker(spec_path: str, out_path: str) -> None:
     except KeyError as exc:
         res["unknown_name_error"] = str(exc)
     res["greedy_after_failed_load"] = _dump(eng.generate(prompts, GREEDY, n=1))
+    # back to the original weights through a weight stream of 256-byte buckets: every matrix
+    # arrives in pieces through one reused buffer (the tied LM head is not in the stream)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from safetensors.torch import load_file as load_original
+    from stream_helpers import stream_of
+
+    original = load_original(os.path.join(spec["model"], "model.safetensors"))
+    original.pop("lm_head.weight", None)
+    with stream_of(original, 256) as stream:
+        eng.load_weight_stream(stream)
+    res["greedy_after_stream"] = _dump(eng.generate(prompts, GREEDY, n=2))
     eng.offload()  # no-op on CPU
     eng.onload()
     eng.close()
@@ -210,6 +221,13 @@ def test_load_weights_then_greedy_matches_hf_on_new_weights(setup):
     assert _max_lp_diff(setup["perturbed"], setup["prompts"], res["greedy_after"], 1.0) < LOGPROB_ATOL
     assert _max_lp_diff(setup["perturbed"], setup["prompts"], res["sampled_after"], 0.7) < LOGPROB_ATOL
     assert isinstance(hf, HFRolloutEngine)
+
+
+def test_streamed_weights_in_pieces_restore_the_original_outputs(setup):
+    """load_weight_stream (what a rollout worker uses): tensors in pieces, reassembled and copied
+    before the buffer is reused; vLLM generates the original greedy outputs again."""
+    res = setup["res"]
+    assert [g["t"] for g in res["greedy_after_stream"]] == [g["t"] for g in res["greedy"]]
 
 
 def test_load_weights_rejects_unknown_name_without_writing(setup):

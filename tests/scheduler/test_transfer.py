@@ -97,3 +97,90 @@ def test_a_worker_cannot_be_on_both_ends(linked):
     actor, _ = linked
     with pytest.raises(ValueError, match="appears twice"):
         TensorLink.connect("self-link", actor, 0, actor, dst_ranks=[0, 1])
+
+
+class LazyState:
+    """A LazyTensors source that records the order in which its tensors are made."""
+
+    def __init__(self, version: int):
+        self.state, self.made = make_state(version), []
+
+    def tensor_specs(self):
+        return [(n, tuple(t.shape), t.dtype) for n, t in self.state.items()]
+
+    def __getitem__(self, name):
+        self.made.append(name)
+        return self.state[name]
+
+
+class StreamSender(Worker):
+    def push_lazy(self, version: int) -> dict:
+        from rlinf.scheduler.transfer import send_order
+
+        source = LazyState(version)
+        sent = self.send_tensors("one-host", source)
+        specs = source.tensor_specs()
+        link = self._rlinf_link("one-host")
+        return {"sent": sent, "made": source.made, "order": [specs[i][0] for i in send_order(specs)],
+                "one_host": link.one_host, "staging_path": link.staging.path}
+
+    def push(self, version: int) -> int:
+        return self.send_tensors("one-host", make_state(version))
+
+
+class StreamReceiver(Worker):
+    def pull_stream(self, version: int, stop_after: int | None = None) -> dict:
+        import os
+
+        want, seen, equal = make_state(version), [], True
+        with self.recv_tensor_stream("one-host") as stream:
+            specs = [s[0] for s in stream.specs]
+            for name, tensor in stream:
+                equal = equal and torch.equal(tensor, want[name]) and tensor.dtype == want[name].dtype
+                seen.append(name)
+                if stop_after is not None and len(seen) == stop_after:
+                    break  # leaving the block receives the rest
+        link = self._rlinf_link("one-host")
+        return {"specs": specs, "seen": seen, "equal": equal,
+                "staging_file_left": os.path.exists(link.staging.path)}
+
+    def pull_dict(self, version: int) -> bool:
+        got, want = self.recv_tensors("one-host"), make_state(version)
+        return list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+
+
+def test_one_host_link_streams_through_shared_memory_and_stays_in_step(ray_cluster):
+    """Every member on node 0: buckets go through the two-slot /dev/shm staging (the file's name
+    is removed once mapped); a lazy source is made once per tensor in send order; a receiver that
+    stops early still leaves the link in step for the next send."""
+    plan = plan_placement({"actor": "0", "rollout": "1-2"}, ray_cluster.shape)
+    actor = WorkerGroup.launch(ray_cluster, StreamSender, plan.component("actor"))
+    rollout = WorkerGroup.launch(ray_cluster, StreamReceiver, plan.component("rollout"))
+    try:
+        TensorLink.connect("one-host", actor, 0, rollout, bucket_bytes=1 << 16, timeout_s=60)
+        receiving = rollout.pull_stream(1)
+        pushed = actor.push_lazy(1).wait(timeout=60)[0]
+        results = receiving.wait(timeout=60)
+        assert pushed["one_host"] and pushed["made"] == pushed["order"]
+        assert pushed["sent"] == sum(t.numel() * t.element_size() for t in make_state(1).values())
+        for r in results:
+            assert r["equal"] and r["seen"] == pushed["order"] and set(r["specs"]) == set(make_state(1))
+            assert not r["staging_file_left"]
+        # rank 0 stops after two tensors; rank 1 reads all; then a dict receive of the next send
+        receiving = [rollout.execute("pull_stream", 2, stop_after=2, ranks=[0]),
+                     rollout.execute("pull_stream", 2, ranks=[1])]
+        actor.push(2).wait(timeout=60)
+        early, full = receiving[0].wait(timeout=60)[0], receiving[1].wait(timeout=60)[0]
+        assert early["equal"] and len(early["seen"]) == 2 and full["equal"] and len(full["seen"]) == 6
+        receiving = rollout.pull_dict(3)
+        actor.push(3).wait(timeout=60)
+        assert receiving.wait(timeout=60) == [True, True]
+    finally:
+        actor.shutdown()
+        rollout.shutdown()
+
+
+def test_shared_memory_is_refused_for_a_link_across_nodes(linked):
+    actor, rollout = linked
+    with pytest.raises(ValueError, match="shared_memory=True needs every member on the source's node"):
+        TensorLink.connect("forced", actor, 1, rollout, shared_memory=True)

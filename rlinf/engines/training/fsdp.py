@@ -58,6 +58,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from rlinf.config.actor import ActorConfig
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.engines.training.fsdp_weights import GatheredWeights
 from rlinf.engines.training.base import LossFn, TrainingEngine
 from rlinf.engines.training.fsdp_utils import (
     apply_liger,
@@ -274,6 +275,15 @@ class FSDPEngine(TrainingEngine):
 
             state = merge_lora_state(state, self.lora_config)
         return state
+
+    def weight_source(self) -> "GatheredWeights | dict[str, torch.Tensor]":
+        """What an actor -> rollout sync sends: the weights gathered one tensor at a time as the
+        link packs them (:class:`~rlinf.engines.training.fsdp_weights.GatheredWeights`), or with
+        LoRA the merged :meth:`full_state_dict`. Every rank calls it; see ``GatheredWeights``."""
+        self.onload()
+        if self.lora_config is not None:
+            return self.full_state_dict()
+        return GatheredWeights(self.model)
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
         """The LoRA tensors, unsharded, on the CPU (collective; every rank gets them)."""

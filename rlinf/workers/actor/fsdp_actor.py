@@ -10,6 +10,7 @@ from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.fsdp import FSDPEngine
+from rlinf.engines.training.fsdp_weights import GatheredWeights
 from rlinf.scheduler import Worker
 from rlinf.workers.actor.flops import flops_metrics
 from rlinf.objectives.batching import micro_batches
@@ -79,9 +80,14 @@ class FSDPActorWorker(Worker):
         return out
 
     def send_weights(self) -> int:
-        """Gather the full weights and (rank 0) send them over the weight link; returns bytes."""
-        state = self.engine.full_state_dict()
-        return self.send_tensors(WEIGHT_LINK, state) if self.rank == 0 else 0
+        """Rank 0 sends the full weights over the weight link, gathering each tensor as the link
+        packs it; the other ranks take part in the gathers. Returns the bytes sent."""
+        source = self.engine.weight_source()
+        if self.rank == 0:
+            return self.send_tensors(WEIGHT_LINK, source)
+        if isinstance(source, GatheredWeights):
+            source.gather_along()
+        return 0
 
     def save_checkpoint(self, path: str) -> None:
         """Model + optimizer + LR position (sharded DCP) and this rank's torch RNG state."""

@@ -107,10 +107,13 @@ class GenerationWorker(Worker):
     def receive_weights(self, version: int | None = None) -> int:
         """Take the actor's weights from the weight link, in place; returns the new version
         (``version`` when given — a resumed run continues its count — else the old one + 1)."""
-        state = self.recv_tensors(WEIGHT_LINK)
-        self.engine.load_weights(state.items())
         if self.cfg.validate_weight and self.policy_version == 0:
+            state = self.recv_tensors(WEIGHT_LINK)  # kept whole, to compare after loading
+            self.engine.load_weights(state.items())
             self._validate_weights(state)
+        else:  # one bucket at a time: no full extra copy of the weights in this process
+            with self.recv_tensor_stream(WEIGHT_LINK) as stream:
+                self.engine.load_weight_stream(stream)
         self.policy_version = self.policy_version + 1 if version is None else version
         return self.policy_version
 

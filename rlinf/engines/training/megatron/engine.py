@@ -291,6 +291,11 @@ class MegatronEngine(TrainingEngine):
         return gather_hf_state(self.module, self.layout, self.hf_config, list(self.meta["layers_per_stage"]),
                                bool(self.meta.get("hf_has_lm_head", False)), self.device)
 
+    def weight_source(self) -> dict[str, torch.Tensor]:
+        """What an actor -> rollout sync sends: :meth:`full_state_dict` (HF names; Megatron's
+        fused and split layouts are converted back whole on rank 0). Collective."""
+        return self.full_state_dict()
+
     def _sync_params(self) -> None:
         """With overlapped parameter gathers the updated weights reach the model at its next
         forward; force them in before the weights are read."""

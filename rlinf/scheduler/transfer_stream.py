@@ -1,0 +1,261 @@
+"""The data path of a :class:`~rlinf.scheduler.transfer.TensorLink` send: buckets, staging, streams.
+
+A send is (1) a header broadcast over the link's process group: the names, shapes and dtypes of
+the tensors (and, on one host, where the staging memory is), then (2) the tensors in buckets of
+one dtype, in :func:`send_order`. A bucket holds whole tensors or one *piece* of a tensor larger
+than a bucket (a contiguous run of its flattened elements), so memory in flight is bounded by
+the bucket size whatever the largest tensor. Two ways to move a bucket:
+
+* **process group** (across hosts, and for CUDA / NCCL): one ``broadcast`` per bucket into a
+  buffer the receiver reuses.
+* **one host, CPU** (every member on the source's node, gloo): a shared-memory staging file in
+  ``/dev/shm`` with two slots of one bucket each. The source writes bucket ``i`` into slot
+  ``i % 2`` while the receivers copy bucket ``i - 1`` out of the other; two barriers per bucket
+  keep the turns. No bytes cross a socket and nothing is allocated per send once the staging
+  exists.
+
+Receivers get a :class:`TensorStream`: :meth:`TensorStream.pieces` for consumers that can copy a
+piece into place (an HF rollout engine), or plain iteration for whole ``(name, tensor)`` pairs (a
+tensor that came in pieces is assembled). Either way a view is valid until the stream moves to
+the next bucket.
+
+Example (the order is independent of bucket sizes: dtypes by first appearance, then as given):
+    >>> import torch
+    >>> specs = [("a", (4,), torch.float32), ("b", (2,), torch.int64), ("c", (8,), torch.float32)]
+    >>> send_order(specs)
+    [0, 2, 1]
+    >>> plan_send(specs, bucket_bytes=16)   # c (32 bytes) travels in two pieces
+    [[(0, 0, 4)], [(2, 0, 4)], [(2, 4, 4)], [(1, 0, 2)]]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a send announces before any tensor data: specs plus the staging to read from."""
+
+    specs: list
+    bucket_bytes: int
+    staging_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Elements ``[start, start + numel)`` of the flattened tensor ``name`` (``data`` is 1-D)."""
+
+    name: str
+    shape: tuple
+    start: int
+    data: Any
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.data.numel() == math.prod(self.shape)
+
+
+def send_order(specs: Sequence[tuple[str, Any, Any]]) -> list[int]:
+    """Indices of ``specs`` in the order a send materialises and ships them."""
+    first: dict[Any, int] = {}
+    for i, (_, _, dtype) in enumerate(specs):
+        first.setdefault(dtype, i)
+    return sorted(range(len(specs)), key=lambda i: (first[specs[i][2]], i))
+
+
+def itemsize(dtype) -> int:
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def plan_send(specs: list, bucket_bytes: int) -> list[list[tuple[int, int, int]]]:
+    """Buckets in send order; each a list of ``(spec index, start element, element count)``.
+
+    One dtype per bucket, at most ``bucket_bytes``; a tensor larger than that is cut into pieces
+    of ``bucket_bytes`` (each piece a bucket of its own)."""
+    buckets: list[list[tuple[int, int, int]]] = []
+    current: list[tuple[int, int, int]] = []
+    size, dtype = 0, None
+    for i in send_order(specs):
+        step = itemsize(specs[i][2])
+        numel = math.prod(specs[i][1])
+        if current and (specs[i][2] != dtype or size + numel * step > bucket_bytes):
+            buckets.append(current)
+            current, size = [], 0
+        dtype = specs[i][2]
+        if numel * step <= bucket_bytes:
+            current.append((i, 0, numel))
+            size += numel * step
+            continue
+        per_piece = max(1, bucket_bytes // step)
+        for start in range(0, numel, per_piece):
+            buckets.append([(i, start, min(per_piece, numel - start))])
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+class Staging:
+    """Two slots of ``slot_bytes`` in one shared-memory file that every member maps.
+
+    The source creates the file; receivers map it from the header of a send; the source removes
+    the name once every receiver has mapped it (the memory stays until the last mapping goes)."""
+
+    def __init__(self, path: str, slot_bytes: int, create: bool):
+        import torch
+
+        self.path, self.slot_bytes = path, slot_bytes
+        self.buffer = torch.from_file(path, shared=True, size=2 * slot_bytes, dtype=torch.uint8)
+        self.unlinked = not create
+
+    @classmethod
+    def create(cls, link_name: str, slot_bytes: int) -> "Staging":
+        safe = "".join(c if c.isalnum() else "-" for c in link_name)
+        return cls(f"/dev/shm/rlinf-link-{safe}-{uuid.uuid4().hex[:12]}", slot_bytes, create=True)
+
+    def slot(self, index: int):
+        start = (index % 2) * self.slot_bytes
+        return self.buffer[start:start + self.slot_bytes]
+
+    def unlink(self) -> None:
+        if not self.unlinked:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.unlinked = True
+
+
+class SourceReader:
+    """Makes each source tensor once, however many pieces it travels in (a gather is a collective)."""
+
+    def __init__(self, tensors, specs: list):
+        self.tensors, self.specs = tensors, specs
+        self._index, self._flat = None, None
+
+    def piece(self, index: int, start: int, numel: int):
+        if index != self._index:
+            self._index, self._flat = None, None  # drop the previous tensor first
+            self._flat = self.tensors[self.specs[index][0]].detach().reshape(-1)
+            self._index = index
+        return self._flat[start:start + numel]
+
+
+def write_bucket(slot, reader: SourceReader, bucket: list[tuple[int, int, int]]) -> int:
+    """Copy the bucket's pieces into ``slot`` (a uint8 CPU tensor); returns the bytes written."""
+    offset = 0
+    for index, start, numel in bucket:
+        dtype = reader.specs[index][2]
+        nbytes = numel * itemsize(dtype)
+        slot[offset:offset + nbytes].view(dtype).copy_(reader.piece(index, start, numel))
+        offset += nbytes
+    return offset
+
+
+def pack_bucket(reader: SourceReader, bucket: list[tuple[int, int, int]], device):
+    """The bucket as one flat tensor on ``device`` (no copy when it is one piece already there)."""
+    import torch
+
+    parts = [reader.piece(i, s, n).to(device) for i, s, n in bucket]
+    return parts[0].contiguous() if len(parts) == 1 else torch.cat(parts)
+
+
+def bucket_pieces(flat_bytes, specs: list, bucket: list[tuple[int, int, int]]) -> list[Piece]:
+    """The bucket's pieces as views of ``flat_bytes`` (laid out as :func:`write_bucket` does)."""
+    out, offset = [], 0
+    for index, start, numel in bucket:
+        name, shape, dtype = specs[index]
+        nbytes = numel * itemsize(dtype)
+        out.append(Piece(name, tuple(shape), start, flat_bytes[offset:offset + nbytes].view(dtype)))
+        offset += nbytes
+    return out
+
+
+class TensorStream:
+    """Receiver side of one send; :attr:`specs` is known before any tensor arrives.
+
+    Iterate it for whole ``(name, tensor)`` pairs, or :meth:`pieces` for :class:`Piece` s. A view
+    is valid until the stream moves to the next bucket (copy it, or use ``recv_tensors`` for a
+    dict of owned tensors). Leaving the ``with`` block, or :meth:`drain`, receives whatever the
+    consumer did not take, so the link stays in step with its source even when the consumer stops
+    early (for example on a shape error)."""
+
+    def __init__(self, link, header: Header, staging: Staging | None, own: bool = False):
+        self.link, self.header, self.staging, self.own = link, header, staging, own
+        self.specs = header.specs
+        self._buckets = plan_send(self.specs, header.bucket_bytes)
+        self._next = 0  # next bucket to receive
+        self._finished = not self._buckets
+        self._buffer = None
+        self._started = False
+
+    def __enter__(self) -> "TensorStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.drain()
+
+    def pieces(self) -> Iterator[Piece]:
+        """Every piece in send order (a tensor up to a bucket's size is one whole piece)."""
+        if self._started:
+            raise RuntimeError(f"link {self.link.name!r}: a tensor stream can be read once")
+        self._started = True
+        while self._next < len(self._buckets):
+            yield from self._receive_next()
+        self._finish()
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        import torch
+
+        assembling, filled = None, 0
+        for piece in self.pieces():
+            if piece.whole:
+                data = piece.data.clone() if self.own else piece.data
+                yield piece.name, data.view(piece.shape)
+                continue
+            if piece.start == 0:
+                assembling, filled = torch.empty(math.prod(piece.shape), dtype=piece.data.dtype,
+                                                 device=piece.data.device), 0
+            assembling[piece.start:piece.start + piece.data.numel()].copy_(piece.data)
+            filled += piece.data.numel()
+            if filled == assembling.numel():
+                yield piece.name, assembling.view(piece.shape)
+                assembling = None
+
+    def drain(self) -> None:
+        """Receive (and drop) the buckets not consumed yet; idempotent."""
+        while self._next < len(self._buckets):
+            self._receive_next()
+        self._finish()
+
+    def _finish(self) -> None:
+        """One-host path: tell the source the last slot is free (it waits for that)."""
+        if not self._finished:
+            self._finished = True
+            if self.staging is not None:
+                self.link.process_group.barrier().wait()
+
+    def _receive_next(self) -> list[Piece]:
+        import torch
+
+        index, bucket = self._next, self._buckets[self._next]
+        self._next += 1
+        group = self.link.process_group
+        if self.staging is not None:
+            if index > 0:
+                group.barrier().wait()  # done with bucket index - 1: its slot may be refilled
+            group.barrier().wait()  # bucket `index` is in its slot
+            return bucket_pieces(self.staging.slot(index), self.specs, bucket)
+        dtype = self.specs[bucket[0][0]][2]
+        numel = sum(n for _, _, n in bucket)
+        if self._buffer is None or self._buffer.numel() < numel or self._buffer.dtype != dtype:
+            self._buffer = torch.empty(numel, dtype=dtype, device=self.link.device)
+        flat = self._buffer[:numel]
+        group.broadcast(flat, 0).wait()
+        return bucket_pieces(flat.view(torch.uint8), self.specs, bucket)
