@@ -40,8 +40,9 @@ either side), no entropy bonus, fp32.
   ``gradient_accumulation_steps=1``, ``gradient_checkpointing=False``, ``bf16=False``,
   ``optim="adamw_torch"``, ``shuffle_dataset=False``; a step is timed from the trainer's
   ``on_step_begin`` to ``on_step_end`` callbacks (generation, reward, loss, backward, optimizer).
-* Threads and priority: ``OMP_NUM_THREADS=2`` is exported before Ray starts (Ray workers
-  otherwise get 1) and the driver, where TRL runs, uses ``torch.set_num_threads(2)``. Ray runs its
+* Threads and priority: rlinf's workers get the framework's default (a worker's share of the
+  node's cores per placement slot: both cores here, actor and rollout taking turns on slot 0), and
+  the driver, where TRL runs, uses ``torch.set_num_threads(2)``. Ray runs its
   workers at niceness 15; the driver lowers its own priority to the same, so a busy machine slows
   both sides alike. The header prints what a worker reports.
 
@@ -531,7 +532,6 @@ def main() -> None:
     parser.add_argument("--trl-vllm-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    os.environ["OMP_NUM_THREADS"] = str(THREADS)  # before torch / Ray start: workers inherit it
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM logs to stdout (the table's stream)
     sys.path.insert(0, str(ROOT))

@@ -45,6 +45,18 @@ class NodeInfo:
     num_accelerators: int
     has_gpus: bool
     is_head: bool
+    num_cpus: int = 1
+
+    def threads_for(self, accelerators: int) -> int:
+        """Torch threads for a worker holding ``accelerators`` of this node's slots: the node's
+        cores shared out per slot (collocated workers take turns, so each gets its slots' share).
+
+        Example:
+            >>> NodeInfo(0, "n", "127.0.0.1", num_accelerators=2, has_gpus=False, is_head=True,
+            ...          num_cpus=16).threads_for(1)
+            8
+        """
+        return max(1, self.num_cpus * accelerators // max(1, self.num_accelerators))
 
 
 class Cluster:
@@ -263,6 +275,7 @@ def _rank_nodes(raw: list[dict], accelerators_per_node: int | None) -> list[Node
                 num_accelerators=count,
                 has_gpus=gpus > 0,
                 is_head="node:__internal_head__" in n["Resources"],
+                num_cpus=max(1, int(n["Resources"].get("CPU", 1))),
             )
         )
     return nodes

@@ -43,8 +43,8 @@ import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
-from rlinf.scheduler.transfer_stream import (Header, Piece, SourceReader, Staging, TensorStream, pack_bucket,
-                                             plan_send, send_order, write_bucket)
+from rlinf.scheduler.transfer_stream import (Header, Piece, SourceReader, Staging, TensorStream, bucket_buffers,
+                                             nbytes_of, pack_bucket, plan_send, send_order, write_bucket)
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
@@ -52,7 +52,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_BUCKET_BYTES", "LazyTensors", "Piece", "TensorLink", "TensorStream", "plan_send",
            "recv_tensor_stream", "recv_tensors", "send_order", "send_tensors"]
 
-DEFAULT_BUCKET_BYTES = 256 * 2**20
+DEFAULT_BUCKET_BYTES = 64 * 2**20
+#: Piece size of cross-memory-attach reads (receivers read pieces in parallel threads).
+CMA_PIECE_BYTES = 16 * 2**20
 #: Bucket size of the one-host shared-memory path (the staging holds two).
 STAGING_BUCKET_BYTES = 64 * 2**20
 
@@ -77,6 +79,8 @@ class _LinkState:
     backend: str
     one_host: bool = False
     staging: Staging | None = None
+    cma: bool = False  # every receiver can read the source's memory (cross-memory attach)
+    buffers: list | None = None  # two reused bucket buffers (process-group path), made on first use
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,33 @@ def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backe
         group = dist.ProcessGroupNCCL(store, rank, world_size)
     else:
         group = dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    return _LinkState(name, rank, group, device, bucket_bytes, backend, one_host)
+    link = _LinkState(name, rank, group, device, bucket_bytes, backend, one_host)
+    if one_host:
+        link.cma = _probe_cma(link)
+    return link
+
+
+def _probe_cma(link: _LinkState) -> bool:
+    """Can every receiver read the source's memory? (one read of a random probe, then a MIN
+    all-reduce so that all members agree)."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from rlinf.scheduler.cma import probe
+
+    if link.rank == 0:
+        sample = torch.randint(0, 256, (64,), dtype=torch.uint8)
+        _broadcast_object(link, (os.getpid(), sample.data_ptr(), bytes(sample.numpy().tobytes())))
+        ok = torch.ones(1, dtype=torch.int32)
+    else:
+        pid, address, expected = _broadcast_object(link, None)
+        ok = torch.tensor([1 if probe(pid, address, expected) else 0], dtype=torch.int32)
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.MIN
+    link.process_group.allreduce([ok], opts).wait()
+    return bool(ok.item())
 
 
 def send_tensors(link: _LinkState, tensors: "dict[str, Any] | LazyTensors") -> int:
@@ -198,13 +228,25 @@ def send_tensors(link: _LinkState, tensors: "dict[str, Any] | LazyTensors") -> i
         raise ValueError(f"link {link.name!r}: {problem}")
     reader = SourceReader(tensors, specs)
     if not link.one_host:
+        # Two reused buffers: bucket i is packed while bucket i - 1 is still on the wire.
         _broadcast_object(link, Header(specs, link.bucket_bytes))
-        sent = 0
-        for bucket in plan_send(specs, link.bucket_bytes):
-            flat = pack_bucket(reader, bucket, link.device)
-            link.process_group.broadcast(flat, 0).wait()
-            sent += flat.numel() * flat.element_size()
+        buffers, sent, pending = bucket_buffers(link), 0, None
+        for index, bucket in enumerate(plan_send(specs, link.bucket_bytes)):
+            flat = pack_bucket(reader, bucket, buffers[index % 2])
+            if pending is not None:
+                pending.wait()
+            pending = link.process_group.broadcast(flat, 0)
+            sent += flat.numel()
+        if pending is not None:
+            pending.wait()
         return sent
+    addresses = _stable_addresses(tensors, specs) if link.cma else None
+    if addresses is not None:  # receivers read each tensor where it is: one copy in all
+        import os
+
+        _broadcast_object(link, Header(specs, CMA_PIECE_BYTES, source_pid=os.getpid(), addresses=addresses))
+        link.process_group.barrier().wait()  # every receiver has read what it needs
+        return sum(nbytes_of(spec) for spec in specs)
     bucket_bytes = min(link.bucket_bytes, STAGING_BUCKET_BYTES)
     if link.staging is None or link.staging.slot_bytes != bucket_bytes:
         if link.staging is not None:
@@ -224,6 +266,22 @@ def send_tensors(link: _LinkState, tensors: "dict[str, Any] | LazyTensors") -> i
     if buckets:
         group.barrier().wait()  # the last slot is free again
     return sent
+
+
+def _stable_addresses(tensors, specs: list) -> tuple | None:
+    """Addresses of the source's tensors when receivers may read them in place: a dict, or a lazy
+    source that says its tensors are its own memory (``stable_memory``), every tensor a
+    contiguous CPU tensor of the announced shape. ``None`` otherwise (then buckets are staged)."""
+    if not (isinstance(tensors, dict) or getattr(tensors, "stable_memory", False)):
+        return None
+    out = []
+    for name, shape, dtype in specs:
+        value = tensors[name].detach()
+        if value.device.type != "cpu" or not value.is_contiguous() or tuple(value.shape) != tuple(shape) \
+                or value.dtype != dtype:
+            return None
+        out.append(value.data_ptr())
+    return tuple(out)
 
 
 def recv_tensor_stream(link: _LinkState, own: bool = False) -> TensorStream:

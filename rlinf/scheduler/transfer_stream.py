@@ -44,20 +44,49 @@ class Header:
     specs: list
     bucket_bytes: int
     staging_path: str | None = None
+    source_pid: int | None = None  # cross-memory attach: read each tensor at its address
+    addresses: tuple = ()
 
 
 @dataclass(frozen=True)
 class Piece:
-    """Elements ``[start, start + numel)`` of the flattened tensor ``name`` (``data`` is 1-D)."""
+    """Elements ``[start, start + numel)`` of the flattened tensor ``name``: either ``data`` (a
+    1-D view of a buffer) or, on a cross-memory-attach link, where they sit in the source
+    process (``remote = (pid, address)``), read on demand."""
 
     name: str
     shape: tuple
     start: int
-    data: Any
+    numel: int
+    dtype: Any
+    data: Any = None
+    remote: tuple | None = None
 
     @property
     def whole(self) -> bool:
-        return self.start == 0 and self.data.numel() == math.prod(self.shape)
+        return self.start == 0 and self.numel == math.prod(self.shape)
+
+    def read(self):
+        """The piece as a 1-D tensor (a view for buffered pieces, a fresh tensor for remote ones)."""
+        if self.remote is None:
+            return self.data
+        import torch
+
+        out = torch.empty(self.numel, dtype=self.dtype)
+        self.copy_to(out)
+        return out
+
+    def copy_to(self, target) -> None:
+        """Copy into ``target`` (``numel`` elements; cast as ``copy_`` does); a remote piece goes
+        straight from the source process into a contiguous CPU target of the same dtype."""
+        if self.remote is None:
+            target.copy_(self.data)
+        elif target.dtype == self.dtype and target.device.type == "cpu" and target.is_contiguous():
+            from rlinf.scheduler.cma import read_into
+
+            read_into(self.remote[0], self.remote[1], target)
+        else:
+            target.copy_(self.read())
 
 
 def send_order(specs: Sequence[tuple[str, Any, Any]]) -> list[int]:
@@ -72,6 +101,11 @@ def itemsize(dtype) -> int:
     import torch
 
     return torch.empty((), dtype=dtype).element_size()
+
+
+def nbytes_of(spec) -> int:
+    """Bytes of a ``(name, shape, dtype)`` spec."""
+    return math.prod(spec[1]) * itemsize(spec[2])
 
 
 def plan_send(specs: list, bucket_bytes: int) -> list[list[tuple[int, int, int]]]:
@@ -148,7 +182,7 @@ class SourceReader:
 
 
 def write_bucket(slot, reader: SourceReader, bucket: list[tuple[int, int, int]]) -> int:
-    """Copy the bucket's pieces into ``slot`` (a uint8 CPU tensor); returns the bytes written."""
+    """Copy the bucket's pieces into ``slot`` (a uint8 tensor); returns the bytes written."""
     offset = 0
     for index, start, numel in bucket:
         dtype = reader.specs[index][2]
@@ -158,12 +192,25 @@ def write_bucket(slot, reader: SourceReader, bucket: list[tuple[int, int, int]])
     return offset
 
 
-def pack_bucket(reader: SourceReader, bucket: list[tuple[int, int, int]], device):
-    """The bucket as one flat tensor on ``device`` (no copy when it is one piece already there)."""
+def bucket_buffers(link) -> list:
+    """The link's two reused bucket buffers (uint8, ``link.bucket_bytes`` each, on its device)."""
     import torch
 
-    parts = [reader.piece(i, s, n).to(device) for i, s, n in bucket]
-    return parts[0].contiguous() if len(parts) == 1 else torch.cat(parts)
+    if link.buffers is None:
+        link.buffers = [torch.empty(link.bucket_bytes, dtype=torch.uint8, device=link.device) for _ in range(2)]
+    return link.buffers
+
+
+def pack_bucket(reader: SourceReader, bucket: list[tuple[int, int, int]], buffer):
+    """The bucket's bytes as one flat uint8 tensor: the piece itself when it is one contiguous
+    piece on the buffer's device, else packed into ``buffer`` (as :func:`write_bucket` does)."""
+    import torch
+
+    if len(bucket) == 1:
+        part = reader.piece(*bucket[0])
+        if part.device == buffer.device and part.is_contiguous():
+            return part.view(torch.uint8)
+    return buffer[:write_bucket(buffer, reader, bucket)]
 
 
 def bucket_pieces(flat_bytes, specs: list, bucket: list[tuple[int, int, int]]) -> list[Piece]:
@@ -172,7 +219,7 @@ def bucket_pieces(flat_bytes, specs: list, bucket: list[tuple[int, int, int]]) -
     for index, start, numel in bucket:
         name, shape, dtype = specs[index]
         nbytes = numel * itemsize(dtype)
-        out.append(Piece(name, tuple(shape), start, flat_bytes[offset:offset + nbytes].view(dtype)))
+        out.append(Piece(name, tuple(shape), start, numel, dtype, flat_bytes[offset:offset + nbytes].view(dtype)))
         offset += nbytes
     return out
 
@@ -191,8 +238,8 @@ class TensorStream:
         self.specs = header.specs
         self._buckets = plan_send(self.specs, header.bucket_bytes)
         self._next = 0  # next bucket to receive
-        self._finished = not self._buckets
-        self._buffer = None
+        self._finished = not self._buckets and header.source_pid is None
+        self._pending = None
         self._started = False
 
     def __enter__(self) -> "TensorStream":
@@ -216,17 +263,44 @@ class TensorStream:
         assembling, filled = None, 0
         for piece in self.pieces():
             if piece.whole:
-                data = piece.data.clone() if self.own else piece.data
+                data = piece.read()
+                if self.own and piece.remote is None:
+                    data = data.clone()
                 yield piece.name, data.view(piece.shape)
                 continue
             if piece.start == 0:
-                assembling, filled = torch.empty(math.prod(piece.shape), dtype=piece.data.dtype,
-                                                 device=piece.data.device), 0
-            assembling[piece.start:piece.start + piece.data.numel()].copy_(piece.data)
-            filled += piece.data.numel()
+                assembling, filled = torch.empty(math.prod(piece.shape), dtype=piece.dtype,
+                                                 device=self.link.device), 0
+            piece.copy_to(assembling[piece.start:piece.start + piece.numel])
+            filled += piece.numel
             if filled == assembling.numel():
                 yield piece.name, assembling.view(piece.shape)
                 assembling = None
+
+    def copy_into(self, target_of) -> None:
+        """Copy every piece into ``target_of(piece)`` (a tensor of ``piece.numel`` elements, e.g.
+        a slice of a flattened parameter). On a cross-memory-attach link the reads run in
+        parallel threads, the host's cores shared among the receivers (the source only waits
+        meanwhile; each read releases the GIL)."""
+        if self.header.source_pid is None:
+            for piece in self.pieces():
+                piece.copy_to(target_of(piece))
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        import torch
+
+        if self._started:
+            raise RuntimeError(f"link {self.link.name!r}: a tensor stream can be read once")
+        self._started = True
+        pieces = []
+        while self._next < len(self._buckets):
+            pieces += self._receive_next()  # remote pieces: addresses only, nothing read yet
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = max(1, torch.get_num_threads(), cores // max(1, self.link.process_group.size() - 1))
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda piece: piece.copy_to(target_of(piece)), pieces))
+        self._finish()
 
     def drain(self) -> None:
         """Receive (and drop) the buckets not consumed yet; idempotent."""
@@ -238,7 +312,7 @@ class TensorStream:
         """One-host path: tell the source the last slot is free (it waits for that)."""
         if not self._finished:
             self._finished = True
-            if self.staging is not None:
+            if self.staging is not None or self.header.source_pid is not None:
                 self.link.process_group.barrier().wait()
 
     def _receive_next(self) -> list[Piece]:
@@ -246,16 +320,25 @@ class TensorStream:
 
         index, bucket = self._next, self._buckets[self._next]
         self._next += 1
+        if self.header.source_pid is not None:  # cross-memory attach: read when asked
+            return [Piece(self.specs[i][0], tuple(self.specs[i][1]), start, numel, self.specs[i][2],
+                          remote=(self.header.source_pid, self.header.addresses[i] + start * itemsize(self.specs[i][2])))
+                    for i, start, numel in bucket]
         group = self.link.process_group
         if self.staging is not None:
             if index > 0:
                 group.barrier().wait()  # done with bucket index - 1: its slot may be refilled
             group.barrier().wait()  # bucket `index` is in its slot
             return bucket_pieces(self.staging.slot(index), self.specs, bucket)
-        dtype = self.specs[bucket[0][0]][2]
-        numel = sum(n for _, _, n in bucket)
-        if self._buffer is None or self._buffer.numel() < numel or self._buffer.dtype != dtype:
-            self._buffer = torch.empty(numel, dtype=dtype, device=self.link.device)
-        flat = self._buffer[:numel]
-        group.broadcast(flat, 0).wait()
-        return bucket_pieces(flat.view(torch.uint8), self.specs, bucket)
+        # Two reused buffers: the next bucket's broadcast is posted before this one is consumed.
+        if self._pending is None:
+            self._pending = self._post(index)
+        work, flat = self._pending
+        work.wait()
+        self._pending = self._post(index + 1) if index + 1 < len(self._buckets) else None
+        return bucket_pieces(flat, self.specs, bucket)
+
+    def _post(self, index: int):
+        nbytes = sum(n * itemsize(self.specs[i][2]) for i, _, n in self._buckets[index])
+        flat = bucket_buffers(self.link)[index % 2][:nbytes]
+        return self.link.process_group.broadcast(flat, 0), flat

@@ -166,6 +166,12 @@ class Worker:
         self._rlinf_links[name] = join_link(name, rank, world_size, addr, port, backend,
                                             bucket_bytes, timeout_s, self.device, one_host)
 
+    def _rlinf_link_path(self, name: str) -> str:
+        """How link ``name`` moves tensors: ``in place`` (receivers read the source's memory),
+        ``staging`` (two-slot shared memory) or ``process group`` (broadcasts)."""
+        link = self._rlinf_link(name)
+        return "in place" if link.cma else "staging" if link.one_host else "process group"
+
     def _rlinf_device_type(self) -> str:
         return self.device.type
 

@@ -15,6 +15,7 @@ Example (needs Ray; see ``docs/scheduler.md`` for a full walk-through):
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from rlinf.scheduler.cluster import WORKER_ENV, Cluster, free_port_on
@@ -107,6 +108,10 @@ class WorkerGroup:
             }
             if node.has_gpus:
                 proc_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, proc.accelerators))
+            # Ray gives a num_cpus=0 actor one OpenMP thread; a worker gets its slots' share of the
+            # node's cores instead, unless the user set OMP_NUM_THREADS (in env= or the driver's).
+            proc_env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")
+                                or str(node.threads_for(len(proc.accelerators))))
             actor = remote_cls.options(
                 num_cpus=0,
                 num_gpus=0,

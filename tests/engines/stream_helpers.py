@@ -1,8 +1,8 @@
 """A real :class:`~rlinf.scheduler.transfer_stream.TensorStream` fed in-process (no Ray, no link).
 
-The fake process group's ``broadcast`` fills the stream's reused receive buffer with the next
-bucket, packed by the real send-side functions; after each bucket the previous contents are
-overwritten, so a consumer that kept a view instead of copying would load garbage."""
+The fake process group's ``broadcast`` fills the stream's reused receive buffers (two, taking
+turns) with the next bucket, packed by the real send-side functions; a buffer is overwritten two
+buckets later, so a consumer that kept a view instead of copying would load garbage."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class _FeedingGroup:
         self.broadcasts = 0
 
     def broadcast(self, flat, root):
-        flat.copy_(pack_bucket(self.reader, next(self.buckets), flat.device))
+        flat.copy_(pack_bucket(self.reader, next(self.buckets), torch.empty_like(flat)))
         self.broadcasts += 1
         return _Done()
 
@@ -34,5 +34,6 @@ def stream_of(tensors: dict, bucket_bytes: int) -> TensorStream:
     """A stream that delivers ``tensors`` in buckets of ``bucket_bytes`` (big tensors in pieces)."""
     specs = [(n, tuple(t.shape), t.dtype) for n, t in tensors.items()]
     group = _FeedingGroup(tensors, specs, bucket_bytes)
-    link = SimpleNamespace(name="test", bucket_bytes=bucket_bytes, device=torch.device("cpu"), process_group=group)
+    link = SimpleNamespace(name="test", bucket_bytes=bucket_bytes, device=torch.device("cpu"), process_group=group,
+                           buffers=None)
     return TensorStream(link, Header(specs, bucket_bytes), None)

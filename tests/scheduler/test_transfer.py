@@ -127,6 +127,9 @@ class StreamSender(Worker):
     def push(self, version: int) -> int:
         return self.send_tensors("one-host", make_state(version))
 
+    def link_reads_in_place(self) -> bool:
+        return self._rlinf_link("one-host").cma
+
 
 class StreamReceiver(Worker):
     def pull_stream(self, version: int, stop_after: int | None = None) -> dict:
@@ -149,15 +152,35 @@ class StreamReceiver(Worker):
         return list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
 
 
+def _cma_works_between_processes() -> bool:
+    """Whether this machine lets a process read another's memory (process_vm_readv)."""
+    import subprocess
+
+    from rlinf.scheduler.cma import probe
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, ctypes; b = ctypes.create_string_buffer(bytes(range(16)), 16); "
+         "print(os.getpid(), ctypes.addressof(b), flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pid, address = map(int, child.stdout.readline().split())
+        return probe(pid, address, bytes(range(16)))
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
 def test_one_host_link_streams_through_shared_memory_and_stays_in_step(ray_cluster):
-    """Every member on node 0: buckets go through the two-slot /dev/shm staging (the file's name
-    is removed once mapped); a lazy source is made once per tensor in send order; a receiver that
-    stops early still leaves the link in step for the next send."""
+    """Every member on node 0. A lazy source without stable memory goes through the two-slot
+    /dev/shm staging (the file's name is removed once mapped), made once per tensor in send order;
+    a dict source is read in place by the receivers (cross-memory attach) where the machine allows
+    it; a receiver that stops early still leaves the link in step for the next send."""
     plan = plan_placement({"actor": "0", "rollout": "1-2"}, ray_cluster.shape)
     actor = WorkerGroup.launch(ray_cluster, StreamSender, plan.component("actor"))
     rollout = WorkerGroup.launch(ray_cluster, StreamReceiver, plan.component("rollout"))
     try:
         TensorLink.connect("one-host", actor, 0, rollout, bucket_bytes=1 << 16, timeout_s=60)
+        assert actor.link_reads_in_place().wait(timeout=30) == [_cma_works_between_processes()]
         receiving = rollout.pull_stream(1)
         pushed = actor.push_lazy(1).wait(timeout=60)[0]
         results = receiving.wait(timeout=60)

@@ -36,9 +36,11 @@ class Probe(Worker):
         env = {k: os.environ.get(k) for k in
                ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                 "MASTER_PORT", "CUDA_VISIBLE_DEVICES")}
+        import torch
+
         return {"rank": self.rank, "node": self.node_rank, "accelerators": self.accelerators,
                 "node_id": ray.get_runtime_context().get_node_id(), "env": env, "tag": self.tag,
-                "pid": os.getpid(), "device": str(self.device)}
+                "pid": os.getpid(), "device": str(self.device), "threads": torch.get_num_threads()}
 
     def fail(self, message):
         raise ValueError(message)
@@ -87,6 +89,20 @@ def test_node_spanning_rank_runs_on_node_1_and_sees_local_device_6(ray_cluster, 
     # Logical GPUs only: no CUDA here, so the worker computes on the CPU.
     assert info[1]["device"] == "cpu"
     assert info[0]["tag"] == "t"
+    # torch threads: the slots' share of the node's cores (2 CPUs, 8 slots per fake node: 1 each)
+    for i in info:
+        node = ray_cluster.node(i["node"])
+        if "OMP_NUM_THREADS" not in os.environ:
+            assert i["threads"] == node.threads_for(len(i["accelerators"])) == 1
+
+
+def test_a_worker_gets_its_slots_share_of_the_cores():
+    from rlinf.scheduler.cluster import NodeInfo
+
+    cpu_node = NodeInfo(0, "n", "127.0.0.1", num_accelerators=4, has_gpus=False, is_head=True, num_cpus=2)
+    assert [cpu_node.threads_for(k) for k in (0, 1, 2, 4)] == [1, 1, 1, 2]
+    gpu_node = NodeInfo(0, "n", "127.0.0.1", num_accelerators=8, has_gpus=True, is_head=True, num_cpus=128)
+    assert [gpu_node.threads_for(k) for k in (1, 2, 8)] == [16, 32, 128]
 
 
 def test_distributed_env_is_complete_and_torch_distributed_works(spread):

@@ -252,10 +252,8 @@ class HFRolloutEngine(RolloutEngine):
         each piece copied into place as it arrives (no extra copy of any tensor, however large)."""
         check_named_tensors((), self._shapes, self._groups, specs=stream.specs)
         targets = self.model.state_dict(keep_vars=True)
-        with torch.no_grad():
-            for piece in stream.pieces():
-                flat = targets[piece.name].view(-1)  # HF parameters are contiguous
-                flat[piece.start:piece.start + piece.data.numel()].copy_(piece.data)
+        with torch.no_grad():  # HF parameters are contiguous: a piece is a slice of the flat view
+            stream.copy_into(lambda p: targets[p.name].detach().view(-1)[p.start:p.start + p.numel])
 
     def _copy_in(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
         targets = self.model.state_dict(keep_vars=True)

@@ -43,6 +43,12 @@ class GatheredWeights:
             seen.add(id(tensor))
             self._tensors[name] = tensor
 
+    @property
+    def stable_memory(self) -> bool:
+        """Every tensor is this process's own memory, unchanged until the next step (no gather
+        makes a temporary): a one-host link may let receivers read it in place."""
+        return all(not hasattr(t, "full_tensor") or t.device_mesh.size() == 1 for t in self._tensors.values())
+
     def tensor_specs(self) -> list[tuple[str, tuple, torch.dtype]]:
         """``(name, global shape, dtype)`` per tensor, without gathering anything."""
         return [(name, tuple(t.shape), t.dtype) for name, t in self._tensors.items()]
