@@ -1,8 +1,8 @@
 """Weight sync at real size: actor -> rollout on a Qwen2.5-0.5B-shaped model, vs a plain copy.
 
 Run: ``python bench/bench_weight_sync.py [--receivers hf,vllm] [--rounds 3] [--quick]``
-(about 6 minutes on 2 cores with both receivers; ``--quick`` uses a 2-layer model of the same
-width for smoke tests). Not a test: numbers depend on the machine.
+(about 3 minutes on 2 cores with both receivers; ``--quick`` uses a 2-layer model of the same
+width with an 8192-token vocabulary, for smoke tests). Not a test: numbers depend on the machine.
 
 What one sync is: exactly what the math runner does between steps (``receive_weights`` on every
 rollout rank, ``send_weights`` on every actor rank; the FSDP actor gathers each tensor as the
@@ -61,12 +61,12 @@ def make_model_dir(quick: bool) -> Path:
     from toolkits.tiny_math.make_model import save_model
     from toolkits.tiny_math.tokenizer import build_tokenizer
 
-    out = RESULTS / ("wsync_qwen05b_2layers" if quick else "wsync_qwen05b")
+    out = RESULTS / ("wsync_qwen05b_2layers_8k_vocab" if quick else "wsync_qwen05b")
     if (out / "config.json").exists():
         return out
     tok = build_tokenizer()
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+    config = Qwen2Config(vocab_size=8192 if quick else 151936, hidden_size=896, intermediate_size=4864,
                          num_hidden_layers=2 if quick else 24, num_attention_heads=14, num_key_value_heads=2,
                          max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=True,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,

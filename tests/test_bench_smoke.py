@@ -15,13 +15,15 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.ray
 @pytest.mark.parametrize("script", ["bench_channel.py", "bench_latency.py", "bench_group_call.py",
                                     "bench_math_reward.py", "bench_env_pipeline.py",
-                                    "bench_placement.py"])
+                                    "bench_placement.py", "bench_weight_sync.py"])
 def test_bench_quick_mode_prints_a_table(script):
     args = [sys.executable, str(ROOT / "bench" / script)]
     if script != "bench_placement.py":
         args.append("--quick")
     if script == "bench_env_pipeline.py":
         args += ["--stages", "2"]  # one launch of the groups instead of two: the path is the same
+    if script == "bench_weight_sync.py":
+        args += ["--receivers", "hf", "--placements", "collocated"]  # vLLM's start alone takes ~30 s
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     table_rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
