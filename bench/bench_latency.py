@@ -9,17 +9,23 @@ plus the channel's actor. The message is a 64-byte ``bytes`` object. Everything 
 worker A with ``time.perf_counter`` around each single round trip (the driver only starts blocks):
 
 * channel -- A ``put``s the message on key ``ping`` and ``get``s from key ``pong``; B loops
-             ``get(ping)`` -> ``put(pong)``.
+             ``get(ping)`` -> ``put(pong)``. The default path: A, B and the channel's actor share
+             a node, so every call goes over the channel actor's Unix-domain socket.
+* channel via RPC (forced) -- the same ping-pong on ``channel.rpc_only()`` handles: every call is
+             a Ray actor call to the channel's actor (the path across nodes, and the one
+             ``RLINF_CHANNEL_FAST_PATH=0`` forces).
 * raw     -- A calls ``ray.get(B.echo.remote(msg))`` on B's raw Ray actor handle
              (``group_b.actors[0]``); no rlinf code on the path.
-* diagnostic row -- A calls ``ray.get(channel_actor.info.remote())``: one round trip to the
-             channel's (async) actor, the unit a channel operation is built from.
+* diagnostic row -- A calls ``ray.get(channel_actor.info.remote())``: one Ray call to the
+             channel's (async) actor, the unit the RPC path is built from.
 
 Method: one untimed warm-up block of every path, then BLOCKS blocks of ROUND_TRIPS round trips per
 path, the order of paths rotating from block to block so drift hits all of them alike. Reported:
 the median (and 10th / 90th percentile) over all timed round trips of a path.
 
-Goal (printed under the table): channel round trip no worse than raw (median ratio <= 1.0).
+Goal (printed under the table): channel round trip (default path) no worse than raw (median ratio
+<= 1.0). A line under the goal counts the items that went over the socket, to show the default
+path really took it.
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ class Ponger(Worker):
 
 
 def run_block(path: str, a: WorkerGroup, b: WorkerGroup, channel: Channel, n: int) -> list[float]:
+    if path.startswith("channel via RPC"):
+        channel, path = channel.rpc_only(), "channel"
     if path == "channel":
         serving = b.serve_channel(channel, n)
         rtts = a.channel_rtts(channel, n).wait()[0]
@@ -115,7 +123,7 @@ def main() -> None:
     b = WorkerGroup.launch(cluster, Ponger, plan.component("b"))
     channel = Channel.create("bench-latency")
 
-    paths = ["channel", "raw", "channel actor ping"]
+    paths = ["channel", "channel via RPC (forced)", "raw", "channel actor ping"]
     for path in paths:  # warm-up
         run_block(path, a, b, channel, warm)
     rtts: dict[str, list[float]] = {p: [] for p in paths}
@@ -131,7 +139,10 @@ def main() -> None:
     print("| path | round trips | median µs | p10 µs | p90 µs | hops per round trip |")
     print("|---|---:|---:|---:|---:|---|")
     hops = {
-        "channel": "A→ch put, ch→B get reply, B→ch put, ch→A get reply (+2 put acks, +1 get request)",
+        "channel": "socket: A→ch put, ch→B get reply, B→ch put, ch→A get reply (+2 put acks, "
+                   "+1 get request, +2 get acks)",
+        "channel via RPC (forced)": "Ray calls: A→ch put, ch→B get reply, B→ch put, ch→A get reply "
+                                    "(+2 put acks, +1 get request)",
         "raw": "A→B call, B→A reply",
         "channel actor ping": "A→ch, ch→A (diagnostic: one channel-actor call)",
     }
@@ -143,6 +154,12 @@ def main() -> None:
     print()
     print(f"Goal: channel round trip no worse than a raw Ray actor round trip (ratio <= {GOAL_RATIO})")
     print(f"- channel/raw median ratio = {ratio:.2f} -> {'PASS' if ratio <= GOAL_RATIO else 'MISS'}")
+    rpc_ratio = statistics.median(rtts["channel via RPC (forced)"]) / statistics.median(rtts["raw"])
+    print(f"- for comparison, channel via RPC (forced)/raw median ratio = {rpc_ratio:.2f}")
+    counts = channel.stats()
+    print("- items over the socket (put, got): "
+          + ", ".join(f"{k} {counts[k]['socket_put']}/{counts[k]['total_put']}, "
+                      f"{counts[k]['socket_got']}/{counts[k]['total_got']}" for k in ("ping", "pong")))
     print(f"\n# total {time.monotonic() - started:.0f} s")
     a.shutdown()
     b.shutdown()

@@ -1,12 +1,12 @@
 """Pipes: a direct, ordered message stream between two workers of different groups.
 
-A :class:`~rlinf.scheduler.Channel` is a broker: every ``put`` / ``get`` is a Ray call to the
-channel's actor, which decouples any number of producers and consumers but costs several
-milliseconds per message on a busy machine. A tight request/response loop between fixed partners
-(an env worker and the policy worker that serves it: one small message each way per step) needs
-less: a pipe is one TCP connection per pair of workers, made once. A message is pickled (protocol 5)
-with tensors and numpy arrays sent out of band, straight from their memory; a round trip on one
-node takes tens of microseconds instead of milliseconds. TCP works across nodes too.
+A :class:`~rlinf.scheduler.Channel` is a broker: every ``put`` / ``get`` goes to the channel's
+actor (over a Unix socket on its node, else a Ray call), which decouples any number of producers
+and consumers but costs a hop through the broker per message. A tight request/response loop
+between fixed partners (an env worker and the policy worker that serves it: one small message each
+way per step) needs less: a pipe is one TCP connection per pair of workers, made once. A message is
+pickled (protocol 5) with tensors and numpy arrays sent out of band, straight from their memory; a
+round trip on one node takes tens of microseconds. TCP works across nodes too.
 
 Each pipe is FIFO in both directions. ``send(obj, key=...)`` tags a message; ``recv(key=...)``
 checks the tag, so a protocol slip fails loudly instead of pairing the wrong messages. A peer

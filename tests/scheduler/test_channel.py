@@ -57,6 +57,16 @@ class Consumer(Worker):
         return channel.get(key=key, timeout=timeout)
 
 
+def assert_each_item_once_in_producer_order(received: list, producers: int, per_producer: int):
+    """``received``: per consumer, the ``(producer, seq)`` pairs it got, in the order it got them."""
+    every = sorted(x for got in received for x in got)
+    assert every == [(p, i) for p in range(producers) for i in range(per_producer)]
+    for got in received:
+        for p in range(producers):
+            seq = [i for (pp, i) in got if pp == p]
+            assert seq == sorted(seq), f"producer {p} out of order at a consumer"
+
+
 @pytest.fixture(scope="module")
 def groups(ray_cluster):
     plan = plan_placement({"producer": "0-3:0-7", "consumer": "8-11"}, ray_cluster.shape)
@@ -81,12 +91,7 @@ def test_8_producers_4_consumers_exactly_once_fifo_with_backpressure(groups):
         except ChannelTimeout:
             pass
     received = consuming.wait(timeout=240)
-    every = sorted(x for got in received for x in got)
-    assert every == [(p, i) for p in range(8) for i in range(N_PER_PRODUCER)]
-    for got in received:
-        for p in range(8):
-            seq = [i for (pp, i) in got if pp == p]
-            assert seq == sorted(seq), f"producer {p} out of order at a consumer"
+    assert_each_item_once_in_producer_order(received, producers=8, per_producer=N_PER_PRODUCER)
     stats = channel.stats()["items"]
     assert stats["blocked_puts"] == 0 and stats["waiting_gets"] == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from rlinf.scheduler.channel.fast_path import FastPathServer
 from rlinf.scheduler.channel.keyed_queue import KeyedQueues, QueueTimeout
 
 #: Returned instead of raising when a server-side wait slice ends (or is withdrawn) without a result.
@@ -12,12 +13,29 @@ SLICE_EXPIRED = "__rlinf_slice_expired__"
 
 
 class ChannelActor:
-    """Async actor: every call is a coroutine on one event loop, so queue state needs no locks."""
+    """Async actor: every call is a coroutine on one event loop, so queue state needs no locks.
+
+    The same-node socket server (:class:`FastPathServer`) runs on that loop too, started by the
+    first :meth:`fast_address` call.
+    """
 
     def __init__(self, name: str, default_maxsize: int):
         self.name = name
         self.default_maxsize = default_maxsize
         self.queues = KeyedQueues(default_maxsize)
+        self.fast_path = FastPathServer(self.queues)
+
+    async def fast_address(self) -> tuple[str, str] | None:
+        """``(node id, socket address)`` of the same-node fast path (started on first call);
+        None where there is none (not Linux)."""
+        import ray
+
+        address = await self.fast_path.start()
+        return None if address is None else (ray.get_runtime_context().get_node_id(), address)
+
+    async def take_stash(self, request_id: str) -> list:
+        """The pairs a socket get left here because they carry object-store refs (see fast_path)."""
+        return self.fast_path.take_stash(request_id)
 
     async def info(self) -> tuple[str, int]:
         return self.name, self.default_maxsize
@@ -52,4 +70,5 @@ class ChannelActor:
         return self.queues.qsize(key)
 
     async def stats(self) -> dict:
-        return self.queues.stats()
+        """Per key: the queue's stats plus ``socket_put`` / ``socket_got`` (fast-path items)."""
+        return {key: {**row, **self.fast_path.counts(key)} for key, row in self.queues.stats().items()}

@@ -122,13 +122,9 @@ class KeyedQueues:
 
         ``request_id`` lets :meth:`cancel` withdraw the put while it is still blocked.
         """
-        check_weight(weight)
-        q = self._queue(key)
-        if not q.putters and not q.full():
-            q.items.append((item, weight))
-            q.total_put += 1
-            self._pump(q)
+        if self.put_nowait(key, item, weight):
             return
+        q = self._queue(key)
         putter = _Putter(item, weight, asyncio.get_running_loop().create_future(), request_id)
         q.putters.append(putter)
         try:
@@ -142,6 +138,58 @@ class KeyedQueues:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise QueueTimeout(f"put to {key!r} timed out after {timeout} s (queue full)") from None
+
+    def put_nowait(self, key: str, item: Any, weight: float = 1.0) -> bool:
+        """Append ``item`` if ``key`` has room and no blocked put is ahead of it; else False
+        (nothing added).
+
+        Example:
+            >>> q = KeyedQueues(default_maxsize=1)
+            >>> q.put_nowait("obs", "a"), q.put_nowait("obs", "b"), q.qsize("obs")
+            (True, False, 1)
+        """
+        check_weight(weight)
+        q = self._queue(key)
+        if q.putters or q.full():
+            return False
+        q.items.append((item, weight))
+        q.total_put += 1
+        self._pump(q)
+        return True
+
+    def get_batch_nowait(self, key: str, count: int | None = None,
+                         target_weight: float | None = None) -> list | None:
+        """``(item, weight)`` pairs of a batch (as :meth:`get_batch` takes it) if queued items
+        fill it now and no getter is ahead; else None (nothing taken).
+
+        Example:
+            >>> q = KeyedQueues()
+            >>> for i, w in enumerate([2, 2, 1]):
+            ...     q.put_nowait("obs", i, weight=w)
+            True
+            True
+            True
+            >>> q.get_batch_nowait("obs", target_weight=3), q.get_batch_nowait("obs", count=2)
+            ([(0, 2), (1, 2)], None)
+        """
+        check_batch_request(count, target_weight)
+        q = self._queue(key)
+        if q.getters:
+            return None
+        if count is None:
+            total, count = 0.0, 0
+            for _, weight in q.items:
+                total, count = total + weight, count + 1
+                if total >= target_weight:
+                    break
+            else:
+                return None
+        if len(q.items) < count:
+            return None
+        pairs = [q.items.popleft() for _ in range(count)]
+        q.total_got += count
+        self._pump(q)  # room was made: admit blocked puts
+        return pairs
 
     async def get(self, key: str, timeout: float | None = None) -> Any:
         """Remove and return the oldest item of ``key``, waiting up to ``timeout`` seconds."""

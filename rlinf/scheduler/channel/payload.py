@@ -27,12 +27,12 @@ Example:
 from __future__ import annotations
 
 import copy
+import pickle
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 INLINE_LIMIT = 64 * 1024
-
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,31 @@ def pack(item: Any, producer: str = "") -> Packed:
     import ray
 
     return Packed(skeleton, ray.put(buffers), producer)
+
+
+def to_queue_item(packed: Packed) -> Any:
+    """What the channel actor stores for ``packed``: an inline item (no object-store ref) as
+    cloudpickled bytes, which the actor keeps and forwards without unpickling (it never needs the
+    item's classes, and a socket reply can carry the bytes as they are); an item with an
+    object-store ref stays a :class:`Packed`, for Ray RPC to carry (Ray tracks the ref's owner).
+
+    Example:
+        >>> item = to_queue_item(pack({"step": 1}))
+        >>> isinstance(item, bytes), from_queue_item(item).skeleton
+        (True, {'step': 1})
+    """
+    if packed.tensors_ref is not None:
+        return packed
+    from ray import cloudpickle  # pickles classes defined in __main__ by value, as Ray RPC does
+
+    return cloudpickle.dumps(packed, protocol=5)
+
+
+def from_queue_item(item: Any) -> Packed:
+    """Inverse of :func:`to_queue_item`."""
+    if isinstance(item, bytes):
+        return pickle.loads(item)
+    return item
 
 
 def unpack_many(packed: list[Packed]) -> list[Any]:
