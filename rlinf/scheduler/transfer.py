@@ -230,15 +230,17 @@ def send_tensors(link: _LinkState, tensors: "dict[str, Any] | LazyTensors") -> i
     if not link.one_host:
         # Two reused buffers: bucket i is packed while bucket i - 1 is still on the wire.
         _broadcast_object(link, Header(specs, link.bucket_bytes))
-        buffers, sent, pending = bucket_buffers(link), 0, None
+        buffers, sent, pending, in_flight = bucket_buffers(link), 0, None, None
         for index, bucket in enumerate(plan_send(specs, link.bucket_bytes)):
             flat = pack_bucket(reader, bucket, buffers[index % 2])
             if pending is not None:
                 pending.wait()
-            pending = link.process_group.broadcast(flat, 0)
+            # `in_flight` keeps a bucket that is a view of a gathered temporary alive until sent
+            pending, in_flight = link.process_group.broadcast(flat, 0), flat
             sent += flat.numel()
         if pending is not None:
             pending.wait()
+        del in_flight
         return sent
     addresses = _stable_addresses(tensors, specs) if link.cma else None
     if addresses is not None:  # receivers read each tensor where it is: one copy in all
