@@ -88,26 +88,24 @@ def parameter_layout(model: Any) -> tuple[dict[str, tuple[int, ...]], list[list[
 
 
 def check_named_tensors(named_tensors: Iterable[tuple[str, Any]], shapes: dict[str, tuple[int, ...]],
-                        groups: list[list[str]], specs: list | None = None) -> Iterable[tuple[str, Any]]:
-    """Check ``named_tensors`` strictly against a layout from :func:`parameter_layout`, before
-    anything is written; returns the pairs to load.
+                        groups: list[list[str]]) -> list[tuple[str, Any]]:
+    """Materialise ``named_tensors`` (references, no copies) and check them strictly against a
+    layout from :func:`parameter_layout`, before anything is written (see :func:`check_specs`)."""
+    items = list(named_tensors)
+    check_specs([(name, tuple(value.shape)) for name, value in items], shapes, groups)
+    return items
 
-    Without ``specs`` the pairs are materialised (references, no copies) and checked. With
-    ``specs`` (``(name, shape, dtype)`` of every pair, known before the tensors arrive, as a
-    :class:`~rlinf.scheduler.transfer_stream.TensorStream` gives them) the specs are checked and
-    ``named_tensors`` is returned as it is, to be consumed one pair at a time.
+
+def check_specs(specs: Iterable[tuple], shapes: dict[str, tuple[int, ...]], groups: list[list[str]]) -> None:
+    """Check ``(name, shape, ...)`` specs against a layout from :func:`parameter_layout`: the
+    whole-update check of a weight stream, done before its first bucket arrives.
 
     Raises ``KeyError`` naming an unknown name or the parameters left without a value (a tied
     group is filled by any one of its names) and ``ValueError`` naming a shape mismatch.
     """
-    if specs is None:
-        items = list(named_tensors)
-        declared = [(name, tuple(value.shape)) for name, value in items]
-    else:
-        items = named_tensors
-        declared = [(spec[0], tuple(spec[1])) for spec in specs]
     given: set[str] = set()
-    for name, shape in declared:
+    for name, shape, *_ in specs:
+        shape = tuple(shape)
         if name not in shapes:
             raise KeyError(f"load_weights: unknown parameter name {name!r} for this model")
         if shape != shapes[name]:
@@ -116,4 +114,3 @@ def check_named_tensors(named_tensors: Iterable[tuple[str, Any]], shapes: dict[s
     missing = [names[0] for names in groups if not given.intersection(names)]
     if missing:
         raise KeyError(f"load_weights: no value given for {len(missing)} parameter(s): {missing}")
-    return items

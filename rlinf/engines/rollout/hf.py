@@ -37,6 +37,7 @@ import torch
 from rlinf.config.algorithm import SamplingParams
 from rlinf.engines.rollout._common import (
     check_named_tensors,
+    check_specs,
     check_prompts,
     effective_top_k,
     eos_id_list,
@@ -245,22 +246,20 @@ class HFRolloutEngine(RolloutEngine):
         mismatch ``ValueError``. Tied weights (``lm_head.weight`` sharing the embedding) are one
         storage: either name fills it. Values are cast to the model's dtype and device.
         """
-        self._copy_in(check_named_tensors(named_tensors, self._shapes, self._groups))
-
-    def load_weight_stream(self, stream) -> None:
-        """As :meth:`load_weights`, checked against ``stream.specs`` before the first bucket, then
-        each piece copied into place as it arrives (no extra copy of any tensor, however large)."""
-        check_named_tensors((), self._shapes, self._groups, specs=stream.specs)
-        targets = self.model.state_dict(keep_vars=True)
-        with torch.no_grad():  # HF parameters are contiguous: a piece is a slice of the flat view
-            stream.copy_into(lambda p: targets[p.name].detach().view(-1)[p.start:p.start + p.numel])
-
-    def _copy_in(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
+        items = check_named_tensors(named_tensors, self._shapes, self._groups)
         targets = self.model.state_dict(keep_vars=True)
         with torch.no_grad():
             for name, value in items:
                 target = targets[name]
                 target.copy_(value.detach().to(device=target.device, dtype=target.dtype))
+
+    def load_weight_stream(self, stream) -> None:
+        """As :meth:`load_weights`, checked against ``stream.specs`` before the first bucket, then
+        each piece copied into place as it arrives (no extra copy of any tensor, however large)."""
+        check_specs(stream.specs, self._shapes, self._groups)
+        targets = self.model.state_dict(keep_vars=True)
+        with torch.no_grad():  # HF parameters are contiguous: a piece is a slice of the flat view
+            stream.copy_into(lambda p: targets[p.name].detach().view(-1)[p.start:p.start + p.numel])
 
     def named_weights(self) -> dict[str, torch.Tensor]:
         """Parameters and persistent buffers by HF name (tied weights under each name)."""

@@ -58,6 +58,7 @@ import torch
 from rlinf.config.algorithm import SamplingParams
 from rlinf.engines.rollout._common import (
     check_named_tensors,
+    check_specs,
     check_prompts,
     effective_top_k,
     model_eos_ids,
@@ -272,8 +273,8 @@ class VLLMRolloutEngine(RolloutEngine):
         """As :meth:`load_weights` from a tensor stream (checked against ``stream.specs`` first).
         vLLM's in-place reload keeps each layer's tensors until the layer is complete, so every
         tensor is copied once as it arrives (the stream reuses its buffers), in vLLM's dtype."""
-        items = check_named_tensors(stream, self._shapes, self._groups, specs=stream.specs)
-        self._reload(self._with_aliases(items, {spec[0] for spec in stream.specs}, copy=True))
+        check_specs(stream.specs, self._shapes, self._groups)
+        self._reload(self._with_aliases(stream, {spec[0] for spec in stream.specs}, copy=True))
 
     def _with_aliases(self, items, given: set[str], copy: bool):
         """Each pair, followed by the tied names not given (vLLM-CPU keeps a separately packed copy
