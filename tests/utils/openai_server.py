@@ -1,19 +1,23 @@
 """A small OpenAI-compatible chat server for tests: real HTTP (aiohttp) on 127.0.0.1, a thread of
 its own. ``POST /v1/chat/completions`` answers like a grader: "1" when the message's
 ``Response:`` line contains its ``Reference answer:``, else "0". Knobs: ``fail_first`` (that many
-requests get HTTP 500), ``delay_s`` (each reply waits), ``reply`` (a fixed text). It records
-every request (model, Authorization header) and the peak number of requests in flight."""
+requests get HTTP 500), ``delay_s`` (each reply waits), ``reply`` (a fixed text), ``reply_fn``
+(optional: called with the last message's content, returns the reply text). It records every
+request (model, Authorization header, last message content) and the peak number of requests in
+flight."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import threading
+from collections.abc import Callable
 
 
 class OpenAIServer:
-    def __init__(self, fail_first: int = 0, delay_s: float = 0.0, reply: str | None = None):
-        self.fail_first, self.delay_s, self.reply = fail_first, delay_s, reply
+    def __init__(self, fail_first: int = 0, delay_s: float = 0.0, reply: str | None = None,
+                 reply_fn: Callable[[str], str] | None = None):
+        self.fail_first, self.delay_s, self.reply, self.reply_fn = fail_first, delay_s, reply, reply_fn
         self.requests: list[dict] = []
         self.in_flight = self.peak_in_flight = 0
         self._lock = threading.Lock()
@@ -34,7 +38,8 @@ class OpenAIServer:
         async def chat(request):
             body = await request.json()
             with self._lock:
-                self.requests.append({"model": body.get("model"), "auth": request.headers.get("Authorization")})
+                self.requests.append({"model": body.get("model"), "auth": request.headers.get("Authorization"),
+                                      "content": body["messages"][-1]["content"]})
                 n = len(self.requests)
                 self.in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
@@ -43,7 +48,7 @@ class OpenAIServer:
                     await asyncio.sleep(self.delay_s)
                 if n <= self.fail_first:
                     return web.json_response({"error": "busy"}, status=500)
-                text = self.reply
+                text = self.reply if self.reply_fn is None else self.reply_fn(body["messages"][-1]["content"])
                 if text is None:
                     content = body["messages"][-1]["content"]
                     ref = re.search(r"Reference answer: (.*)", content)

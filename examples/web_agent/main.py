@@ -1,0 +1,37 @@
+"""Web-agent RL on the shipped sites (WebGym's seeds 000 / 004): the Hydra entry point.
+
+    python examples/web_agent/main.py                                   # tiny CPU online loop
+    python examples/web_agent/main.py --config-name rollout_train       # one train rollout (seed 004)
+    python examples/web_agent/main.py --config-name rollout_test policy_config.base_model=...
+
+Run from the repository root (paths in the configs are relative to it). Everything happens in
+:func:`rlinf.runners.web_agent.main.run_web`; config errors name the key and stop before any
+worker starts.
+"""
+
+import os
+import sys
+
+import hydra
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+
+from rlinf.config.resolvers import register_resolvers  # noqa: E402
+
+register_resolvers()
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+@hydra.main(version_base="1.3", config_path="config", config_name="web_agent_tiny_cpu")
+def main(cfg) -> None:
+    from rlinf.runners.entry import run_entry
+    from rlinf.runners.web_agent.main import run_web
+
+    run_entry(run_web, cfg, "success_rate", "held-out success rate")
+
+
+if __name__ == "__main__":
+    from rlinf.runners.entry import precheck_config_files
+
+    precheck_config_files(__file__, "web_agent_tiny_cpu")
+    main()

@@ -1,0 +1,129 @@
+"""Launch the worker groups of a web run where ``cluster.component_placement`` puts them:
+``env`` (browser servers: :class:`~rlinf.workers.env.web_env_worker.WebEnvWorker`), ``rollout``
+(our generation engines; absent when ``env_config.vllm_server_url`` names an external server)
+and ``actor`` (training; absent in a rollout-only phase). The actor's rank 0 is linked to the
+rollout ranks for in-place weight sync, as in math runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlinf.scheduler import TensorLink, WorkerGroup
+from rlinf.utils.typed_config import parse_section
+
+
+@dataclass
+class WebGroups:
+    env: WorkerGroup
+    env_urls: list[dict]
+    rollout: WorkerGroup | None
+    actor: WorkerGroup | None
+
+    def shutdown(self) -> None:
+        if self.env is not None:
+            try:
+                self.env.execute("close").wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a dead env rank has nothing left to close
+                pass
+        for group in (self.env, self.rollout, self.actor):
+            if group is not None:
+                group.shutdown()
+
+
+def rollout_section(cfg):
+    """The math-side ``RolloutConfig`` our generation workers take, from ``policy_config``."""
+    from rlinf.config.rollout import RolloutConfig
+
+    backend = {"hf": "huggingface", "vllm": "vllm"}[cfg.policy_config.rollout_backend]
+    return parse_section(RolloutConfig, {"backend": backend, "detokenize": True}, "policy_config")
+
+
+def actor_section(cfg, model_path: str):
+    """The ``ActorConfig`` of the web actor, from ``algorithm_config`` (seed 000's keys)."""
+    from rlinf.config.actor import ActorConfig
+
+    a = cfg.algorithm_config
+    decay = {"constant_with_warmup": "constant", "constant": "constant", "linear": "linear",
+             "cosine": "cosine"}[a.lr_scheduler_type]
+    warmup = 0 if a.lr_scheduler_type == "constant" else a.warmup_steps
+    raw = {"seed": cfg.runner.seed if cfg.runner.seed is not None else 1234,
+           "model": {"model_path": model_path},
+           "optim": {"lr": a.learning_rate, "clip_grad": 1.0},
+           "lr_sched": {"lr_warmup_iters": warmup, "lr_decay_style": decay}}
+    return parse_section(ActorConfig, raw, "algorithm_config")
+
+
+def algorithm_section(cfg):
+    """The math-side ``AlgorithmConfig`` the actor's loss reads (GRPO: PPO clip; the sampling
+    temperature the log-probs are computed at)."""
+    from rlinf.config.algorithm import AlgorithmConfig, SamplingParams
+
+    a, p = cfg.algorithm_config, cfg.policy_config
+    temperature = p.temperature if a.method == "grpo" and p.temperature > 0 else 1.0
+    return AlgorithmConfig(group_size=max(a.group_size, 1), ratio_clip_eps=a.clip_ratio,
+                           training_batch_size_per_gpu=a.per_device_train_batch_size,
+                           sampling_params=SamplingParams(temperature=temperature))
+
+
+def sampling_params(cfg, temperature: float | None = None):
+    from rlinf.config.algorithm import SamplingParams
+
+    p = cfg.policy_config
+    t = p.temperature if temperature is None else temperature
+    return SamplingParams(do_sample=t > 0, temperature=t if t > 0 else 1.0,
+                          top_k=p.top_k if p.top_k > 0 else 1000000, top_p=p.top_p,
+                          max_new_tokens=p.max_new_tokens, min_p=p.min_p)
+
+
+def total_update_steps(cfg, actor_ranks: int) -> int:
+    """Optimizer steps the LR schedule plans for (filtered_sft: positive_samples_to_train per
+    iteration; grpo: the train rollout's size x group size, one step per sample at most)."""
+    import math
+
+    a, e = cfg.algorithm_config, cfg.env_config
+    per_iter = a.positive_samples_to_train if a.method == "filtered_sft" else max(e.train_tasks_rollout_size, 1) * a.group_size
+    per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * actor_ranks
+    return max(1, cfg.runner.iterations * a.num_train_epochs * math.ceil(per_iter / per_step))
+
+
+def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
+    from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
+    from rlinf.workers.actor.web_actor import WebActorWorker
+    from rlinf.workers.env.web_env_worker import WebEnvWorker
+    from rlinf.workers.rollout.generation_worker import GenerationWorker
+
+    e = cfg.env_config
+    env_plan = plan.component("env")
+    weights = list(e.rank_load_weight) or [1.0] * env_plan.world_size
+    service = dict(operation_timeout=e.operation_timeout, wait_timeout=e.wait_timeout,
+                   instance_lifetime_max_minutes=e.instance_lifetime_max,
+                   executable_path=start.executable, viewport=tuple(e.browser.viewport), headless=e.browser.headless)
+    site_seed = e.site_server.seed if e.site_server.enabled else None
+    launched: list[WorkerGroup] = []
+    try:
+        env = WorkerGroup.launch(cluster, WebEnvWorker, env_plan, name="WebEnvGroup",
+                                 args=(e.server_size, weights, service, site_seed), wait=False)
+        launched.append(env)
+        rollout = actor = None
+        if "rollout" in plan.components and e.vllm_server_url is None:
+            rollout = WorkerGroup.launch(cluster, GenerationWorker, plan.component("rollout"), name="RolloutGroup",
+                                         args=(start.model_path, rollout_section(cfg)), wait=False)
+            launched.append(rollout)
+        if "actor" in plan.components:
+            ranks = plan.component("actor").world_size
+            actor = WorkerGroup.launch(cluster, WebActorWorker, plan.component("actor"), name="ActorGroup",
+                                       args=(start.model_path, actor_section(cfg, start.model_path),
+                                             algorithm_section(cfg), total_update_steps(cfg, ranks),
+                                             cfg.algorithm_config.method,
+                                             cfg.algorithm_config.per_device_train_batch_size), wait=False)
+            launched.append(actor)
+        for group in launched:
+            group.wait_started()
+        if actor is not None and rollout is not None:
+            TensorLink.connect(WEIGHT_LINK, actor, 0, rollout)
+        urls = env.execute("urls").wait()
+    except BaseException:
+        for group in launched:
+            group.shutdown()
+        raise
+    return WebGroups(env, urls, rollout, actor)

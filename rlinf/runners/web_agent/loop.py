@@ -1,0 +1,176 @@
+"""Web-agent RL, one iteration (WebGym's online loop):
+
+    1. tasks        <- ``train_tasks_rollout_size`` train tasks (``train_tasks_sampler``, blocked
+                       domains removed), each ``group_size`` times with ``grpo``
+    2. rollout      <- multi-turn episodes in real browsers            (env + rollout groups)
+    3. judge        <- rule evaluator or LLM judges                     (driver threads)
+    4. update       <- filtered SFT on positive steps, or GRPO           (actor group)
+    5. weight sync  <- actor rank 0 -> every rollout rank, in place
+    6. evaluation   <- test tasks (``test_tasks_rollout_size`` x ``test_tasks_repeat_times``)
+                       before the first iteration, every ``runner.test_interval`` iterations and
+                       after the last
+
+Trajectories go to ``<save_path>/train_trajectories/`` and ``<save_path>/test_trajectories/``
+(``iteration{K}_rank_{r}.pt``), metrics to ``<save_path>/metrics.jsonl`` (seed 004's rollout
+metrics under ``train/`` and ``test/``, the update's under ``actor/``), actor checkpoints to
+``<save_path>/checkpoints/global_step_<K>/``. ``runner.resume: auto`` continues after the last
+complete checkpoint; an iteration whose rollout was interrupted reruns only its unsaved tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+
+from rlinf.engines.web.tasks import sample_tasks
+from rlinf.runners import checkpoint as ckpt
+from rlinf.runners.web_agent.metrics import rollout_metrics
+from rlinf.runners.web_agent.rollout import run_phase
+from rlinf.runners.web_agent.store import load_iteration
+from rlinf.runners.web_agent.update import plan_steps, select_samples, step_batches
+
+
+class WebAgentRunner:
+    """Drives the launched groups through iterations.
+
+    Args:
+        cfg: the run's :class:`~rlinf.config.web.WebAgentConfig`.
+        env_urls: one ``{"browser", "site"}`` per env rank.
+        policy: the batching policy the episodes call.
+        actor, rollout: worker groups (None in a rollout-only phase: no update).
+        judge: the evaluator (rule or LLM).
+        tasks: ``{"train": [...], "test": [...]}``.
+        settings: ``{"train": EpisodeSettings, "test": EpisodeSettings}``; limits likewise.
+        pad_token_id: for the update's batches.
+        logger: a :class:`~rlinf.utils.metric_logger.MetricLogger` (or None).
+    """
+
+    def __init__(self, cfg, env_urls, policy, actor, rollout, judge, tasks, settings, limits, pad_token_id,
+                 logger=None, log=print):
+        self.cfg, self.env_urls, self.policy = cfg, env_urls, policy
+        self.actor, self.rollout, self.judge = actor, rollout, judge
+        self.tasks, self.settings, self.limits = tasks, settings, limits
+        self.pad_token_id, self.logger, self.log = pad_token_id, logger, log
+        self.pool: list[tuple[int, dict]] = []
+        self.history: list[dict] = []
+
+    # -- folders -------------------------------------------------------------------------------
+    def _folder(self, split: str) -> str:
+        return os.path.join(self.cfg.save_path, f"{split}_trajectories")
+
+    @property
+    def checkpoints(self) -> str:
+        return os.path.join(self.cfg.save_path, "checkpoints")
+
+    # -- phases --------------------------------------------------------------------------------
+    def rollout_phase(self, split: str, iteration: int) -> tuple[list[dict], dict]:
+        env = self.cfg.env_config
+        rng = random.Random(self.cfg.runner.iteration_seed(iteration) * 2 + (split == "test"))
+        if split == "train":
+            algo = self.cfg.algorithm_config
+            tasks = sample_tasks(self.tasks["train"], "train", size=env.train_tasks_rollout_size,
+                                 sampler=env.train_tasks_sampler, rng=rng,
+                                 ratios=env.train_tasks_ratio.as_dict() if env.train_tasks_ratio else None,
+                                 blocked_domains=env.blocked_domains,
+                                 repeat_times=algo.group_size if algo.method == "grpo" else 1)
+        else:
+            tasks = sample_tasks(self.tasks["test"], "test", size=env.test_tasks_rollout_size, sampler="uniform",
+                                 rng=rng, repeat_times=env.test_tasks_repeat_times)
+        started = time.monotonic()
+        trajs = asyncio.run(run_phase(tasks, self.env_urls, self.policy, self.settings[split], self.limits[split],
+                                      self._folder(split), iteration, judge=self.judge, log=self.log))
+        metrics = {f"{split}/{k}": v for k, v in rollout_metrics(trajs).items()}
+        metrics[f"{split}/rollout_seconds"] = time.monotonic() - started
+        metrics[f"{split}/trajectories"] = float(len(trajs))
+        return trajs, metrics
+
+    def update(self, trajectories: list[dict], iteration: int) -> dict:
+        algo = self.cfg.algorithm_config
+        rng = random.Random(self.cfg.runner.iteration_seed(iteration))
+        self.pool.extend((iteration, t) for t in trajectories)
+        steps, adv, val = select_samples(algo.method, trajectories, self.pool, algo, rng)
+        ranks = self.actor.world_size
+        out = {"actor/samples": float(len(steps)), "actor/val_samples": float(len(val))}
+        if not steps:
+            out["actor/optimizer_steps"] = 0.0
+            return out
+        history = []
+        for batches, tokens in step_batches(steps, adv, self.pad_token_id, per_device=algo.per_device_train_batch_size,
+                                            accumulation=algo.gradient_accumulation_steps, ranks=ranks,
+                                            epochs=algo.num_train_epochs, cutoff_len=algo.cutoff_len, rng=rng):
+            result = self.actor.execute_each("train_steps", [([b], [tokens]) for b in batches]).wait()
+            history.append(result[0][0])
+        out["actor/optimizer_steps"] = float(len(history))
+        for key in history[-1]:
+            out[f"actor/{key}"] = sum(h[key] for h in history) / len(history)
+        if val:
+            sums = self.actor.execute_each("nll", [(b,) for b in _shards(val, ranks, self.pad_token_id,
+                                                                        algo.cutoff_len)]).wait()
+            total, count = sum(s for s, _ in sums), sum(n for _, n in sums)
+            out["actor/val_loss"] = total / max(count, 1)
+        return out
+
+    def sync_weights(self, version: int) -> None:
+        receiving = self.rollout.execute("receive_weights", version)
+        self.actor.send_weights().wait()
+        receiving.wait()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def fit(self, start_iteration: int = 0) -> list[dict]:
+        """Iterations ``start_iteration .. runner.iterations - 1`` (train rollout, update, sync,
+        checkpoint; evaluations when ``runner.evaluates_after``); a rollout-only run (no actor)
+        collects one batch of ``env_config.split`` per iteration."""
+        runner = self.cfg.runner
+        deadline = time.monotonic() + runner.max_minutes * 60 if runner.max_minutes else None
+        if self.actor is None:
+            for it in range(start_iteration, runner.iterations):
+                self._log(it + 1, self.rollout_phase(self.cfg.env_config.split, it)[1])
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+            return self.history
+        for k in range(start_iteration):  # the positive pool of a resumed run
+            self.pool.extend((k, t) for t in load_iteration(self._folder("train"), k))
+        evaluates = self.cfg.env_config.evaluates
+        if evaluates and start_iteration == 0 and runner.evaluates_after(0):
+            self._log(0, self.rollout_phase("test", 0)[1])
+        for it in range(start_iteration, runner.iterations):
+            trajs, metrics = self.rollout_phase("train", it)
+            metrics.update(self._update_and_sync(trajs, it))
+            out_of_time = deadline is not None and time.monotonic() > deadline
+            if evaluates and (runner.evaluates_after(it + 1) or out_of_time):
+                metrics.update(self.rollout_phase("test", it + 1)[1])
+            self._log(it + 1, metrics)
+            self._checkpoint(it + 1)
+            if out_of_time:
+                self.log(f"[web] runner.max_minutes ({runner.max_minutes}) reached after iteration {it + 1}")
+                break
+        return self.history
+
+    def _update_and_sync(self, trajs, it) -> dict:
+        started = time.monotonic()
+        out = self.update(trajs, it)
+        self.sync_weights(it + 1)
+        out["actor/update_seconds"] = time.monotonic() - started
+        return out
+
+    def _checkpoint(self, iteration: int) -> None:
+        folder = ckpt.step_folder(self.checkpoints, iteration)
+        self.actor.execute("save_checkpoint", os.path.join(folder, "actor")).wait()
+        ckpt.write_trainer_state(folder, {"step": iteration, "metrics": self.history})
+
+    def _log(self, step: int, metrics: dict) -> None:
+        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        self.history.append(row)
+        if self.logger is not None:
+            self.logger.log(metrics, step)
+        shown = {k: round(v, 3) for k, v in row.items() if k.endswith(("success_rate", "avg_steps", "sft_loss",
+                                                                       "policy_loss", "optimizer_steps"))}
+        self.log(f"[web] step {step}: {shown}")
+
+
+def _shards(steps, ranks, pad_token_id, cutoff_len):
+    from rlinf.objectives.web import steps_to_batch
+
+    return [steps_to_batch(steps[r::ranks], pad_token_id, max_length=cutoff_len) for r in range(ranks)]

@@ -1,0 +1,58 @@
+"""The actor of web-agent runs: the FSDP2 actor with the web update's loss and step plan.
+
+``filtered_sft`` trains with next-token cross-entropy on positive steps; ``grpo`` with the math
+runs' PPO clipped loss on group-relative trajectory advantages (see :mod:`rlinf.objectives.web`).
+An update is ``steps`` optimizer steps over this rank's shard, each on
+``per_device_train_batch_size x gradient_accumulation_steps`` samples (micro-batches of
+``per_device_train_batch_size``), as HF Trainer counts them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.objectives.batching import micro_batches
+from rlinf.objectives.llm import make_loss_fn
+from rlinf.objectives.web import sft_loss_fn
+from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
+
+
+class WebActorWorker(FSDPActorWorker):
+    """One rank of a web run's actor group.
+
+    Args:
+        method: ``filtered_sft`` or ``grpo``.
+        micro_batch_size: samples per forward / backward pass (``per_device_train_batch_size``).
+        other arguments: as :class:`FSDPActorWorker` (no reference model: web runs have no KL).
+    """
+
+    def __init__(self, model_path, actor, algorithm, total_steps: int, method: str, micro_batch_size: int):
+        super().__init__(model_path, actor, algorithm, total_steps, with_reference=False)
+        if method not in ("filtered_sft", "grpo"):
+            raise ValueError(f"algorithm_config.method must be filtered_sft or grpo, got {method!r}")
+        self.method = method
+        self.micro_batch_size = micro_batch_size
+        self.loss_fn = sft_loss_fn if method == "filtered_sft" else make_loss_fn(algorithm)
+
+    def train_steps(self, minibatches: list[RolloutBatch], total_tokens: list[int]) -> list[dict[str, float]]:
+        """One optimizer step per entry of ``minibatches`` (this rank's part of each step's
+        samples; ``total_tokens[i]`` = response tokens of step ``i`` over all ranks). Returns
+        each step's metrics."""
+        out = []
+        for mb, tokens in zip(minibatches, total_tokens):
+            parts = micro_batches(mb, self.micro_batch_size) if mb.batch_size else []
+            out.append(self.engine.train_minibatch(parts, self.loss_fn, max(int(tokens), 1)))
+        return out
+
+    def nll(self, shard: RolloutBatch) -> tuple[float, int]:
+        """Summed response-token NLL of ``shard`` under the current weights and its token count
+        (the validation loss of ``val_split_ratio``)."""
+        if shard.batch_size == 0:
+            return 0.0, 0
+        logprobs, _ = self.engine.compute_logprobs(shard, self.micro_batch_size)
+        mask = shard.response_mask.to(logprobs.dtype)
+        return float(-(logprobs * mask).sum()), int(mask.sum())
+
+    def seed_rng(self, seed: int) -> None:
+        torch.manual_seed(seed)

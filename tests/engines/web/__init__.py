@@ -1,0 +1,1 @@
+"""Tests of the web-agent engine (docs/web_agent.md)."""

@@ -1,0 +1,112 @@
+"""The online web loop end to end on the fake Ray cluster: env ranks (browser servers + sites),
+HF rollout workers and the FSDP actor; an evaluation before the first iteration and after the
+last, GRPO updates that change the rollout's weights, checkpoints, and a resumed run that
+continues from the last checkpoint without redoing anything."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import ray.cloudpickle
+
+pytest.importorskip("playwright")
+from rlinf.engines.web.browser import find_chromium  # noqa: E402
+
+try:
+    find_chromium(None)
+except Exception as exc:  # noqa: BLE001
+    pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
+
+from rlinf.engines.web.judges import JudgeResult  # noqa: E402
+from rlinf.runners.web_agent.build import build_runner  # noqa: E402
+from rlinf.runners.web_agent.groups import launch_web_groups  # noqa: E402
+from rlinf.runners.web_agent.main import prepare_web  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+pytestmark = pytest.mark.ray
+
+
+class FirstRepeatJudge:
+    """Rewards the first of each task's repeats (a random model never solves a task): every
+    GRPO group then mixes rewards, so each update has samples."""
+
+    def evaluate_many(self, pairs):
+        return [JudgeResult(float(traj["repeat"] == 0), traj["repeat"] == 0, "first repeat") for _, traj in pairs]
+
+
+def _raw(tmp_path, model, iterations, resume=None):
+    return {
+        "save_path": str(tmp_path / "run"), "data_path": "examples/web_agent/data",
+        "model_config": {"prompt_version": "vanilla"},
+        "policy_config": {"base_model": model, "max_new_tokens": 6, "temperature": 1.0, "top_p": 1.0, "top_k": -1},
+        "context_config": {"history_length": 1, "max_observation_chars": 200},
+        "env_config": {"server_size": 4, "train_tasks_rollout_size": 2, "test_tasks_rollout_size": 2,
+                       "test_tasks_repeat_times": 1, "train_tasks_sampler": "ratio",
+                       "train_tasks_ratio": {"easy": 1.0, "medium": 0.0, "hard": 0.0},
+                       "train_difficulty_max_steps": {"easy": 2, "medium": 2, "hard": 2},
+                       "test_difficulty_max_steps": {"easy": 2, "medium": 2, "hard": 2},
+                       "operation_timeout": 30, "wait_timeout": 60, "completion_grace_period": 5,
+                       "save_screenshots": True,
+                       "http_pools": {op: 4 for op in ("metadata", "navigate", "allocate", "release", "screenshot",
+                                                        "ac_tree", "page_metadata", "execute")}},
+        "algorithm_config": {"method": "grpo", "group_size": 2, "per_device_train_batch_size": 4,
+                             "gradient_accumulation_steps": 1, "learning_rate": 1e-2, "num_train_epochs": 1,
+                             "warmup_steps": 0, "lr_scheduler_type": "constant", "cutoff_len": 1024,
+                             "deepspeed_config_filename": None, "report_to": "none"},
+        "cluster": {"num_nodes": 1, "accelerators_per_node": 8,
+                    "component_placement": {"env": 0, "rollout": 1, "actor": 2}},
+        "runner": {"iterations": iterations, "test_interval": 2, "seed": 0, "resume": resume},
+    }
+
+
+def _run(ray_cluster, raw):
+    start = prepare_web(raw)
+    groups = launch_web_groups(start.cfg, ray_cluster, start.cfg.plan(), start)
+    try:
+        runner = build_runner(start, groups, None, print)
+        runner.judge = FirstRepeatJudge()
+        if start.resume_iteration:
+            import os
+
+            from rlinf.runners import checkpoint as ckpt
+
+            folder = ckpt.step_folder(runner.checkpoints, start.resume_iteration)
+            groups.actor.execute("load_checkpoint", os.path.join(folder, "actor")).wait()
+            runner.sync_weights(start.resume_iteration)
+        return start, runner.fit(start.resume_iteration)
+    finally:
+        groups.shutdown()
+
+
+def test_online_loop_trains_syncs_checkpoints_and_resumes(ray_cluster, tmp_path):
+    from toolkits.tiny_math.make_model import make_model
+
+    model = str(make_model(tmp_path / "model", "tiny"))
+    start, history = _run(ray_cluster, _raw(tmp_path, model, iterations=2))
+    steps = [row["step"] for row in history]
+    assert steps == [0, 1, 2]  # baseline evaluation, then two iterations (the last with its evaluation)
+    assert "test/success_rate" in history[0] and "test/success_rate" in history[2]
+    assert "test/success_rate" not in history[1]  # test_interval 2: before the first and after the second
+    for row in history[1:]:
+        assert row["train/trajectories"] == 4.0  # 2 tasks x group_size 2
+        assert row["actor/optimizer_steps"] >= 1 and row["actor/samples"] >= 1
+    from rlinf.runners.web_agent.store import load_iteration
+
+    run = tmp_path / "run"
+    second = load_iteration(str(run / "train_trajectories"), 1)
+    versions = {s.get("policy_version") for t in second for s in t["steps"] if s.get("response_ids")}
+    assert versions == {1}  # iteration 1 was generated by the weights of update 1
+    shots = [s["screenshot"] for t in second for s in t["steps"] if s.get("screenshot")]
+    assert shots and (run / "train_trajectories" / shots[0]).is_file()
+    assert (run / "checkpoints" / "global_step_2" / "trainer_state.json").is_file()
+    # a fresh run into the same folder is refused; resume continues after iteration 2
+    from rlinf.utils.typed_config import ConfigError
+
+    with pytest.raises(ConfigError, match="runner.resume"):
+        prepare_web(_raw(tmp_path, model, iterations=3))
+    start, history = _run(ray_cluster, _raw(tmp_path, model, iterations=3, resume="auto"))
+    assert start.resume_iteration == 2 and [row["step"] for row in history] == [3]
+    assert "test/success_rate" in history[0]
+    third = load_iteration(str(run / "train_trajectories"), 2)
+    assert {s.get("policy_version") for t in third for s in t["steps"] if s.get("response_ids")} == {2}

@@ -1,0 +1,254 @@
+"""Generates the web-agent task files (``train.jsonl``, ``test.jsonl``) from the sites' catalogs.
+
+Every task is answerable by browsing the shipped sites (``rlinf.engines.web.sites``) served with
+the same seed; reference answers are computed from the catalogs. Families:
+
+* ``shop_price`` (easy): start on the category page that lists the product; "What is the price of
+  the Blue Kettle?" -> ``$12.50``. An expert clicks the product link, then answers.
+* ``shop_stock`` (medium): start at ``/shop/``; search the product, open it, answer its stock
+  (``answer_type`` number).
+* ``wiki_fact`` (medium): start at ``/wiki/``; the founding year of a city (number).
+* ``wiki_hop`` (hard): start at ``/wiki/``; the country a person was born in (person page ->
+  city page -> country).
+* ``form_code`` (hard): start at ``/forms/``; sign up with given name, city and plan and answer the
+  confirmation code.
+
+Train and test use disjoint products, cities, people and sign-up names, so the test split is
+held out; test people are born in test cities. The output depends only on the seed: the same seed
+gives byte-identical files.
+
+Example:
+    python -m toolkits.web_tasks.make_tasks --out examples/web_agent/data --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlinf.engines.web.sites import PLANS, confirmation_code, form_cities, shop_catalog, wiki_catalog
+
+PRICE_TEMPLATE = "What is the price of the {name}?"
+STOCK_TEMPLATE = "How many units of the {name} are in stock?"
+FOUNDED_TEMPLATE = "In which year was {city} founded?"
+COUNTRY_TEMPLATE = "In which country was {person} born?"
+FORM_TEMPLATE = "Sign up with the name {name}, the city {city} and the {plan} plan, then give the confirmation code."
+FORM_FIRST = ("Alma", "Birk", "Cora", "Dag", "Edda", "Falk", "Gry", "Haldor", "Iben", "Jarl", "Kari", "Leif")
+FORM_LAST = ("Aune", "Berge", "Dalen", "Fjeld", "Haug", "Lunde", "Moen", "Skog")
+DIFFICULTY = {"shop_price": "easy", "shop_stock": "medium", "wiki_fact": "medium", "wiki_hop": "hard",
+              "form_code": "hard"}
+DOMAIN = {"shop_price": "shop", "shop_stock": "shop", "wiki_fact": "wiki", "wiki_hop": "wiki", "form_code": "forms"}
+ANSWER_TYPE = {"shop_price": "exact", "shop_stock": "number", "wiki_fact": "number", "wiki_hop": "exact",
+               "form_code": "exact"}
+FAMILIES = tuple(DIFFICULTY)
+
+
+@dataclass(frozen=True)
+class SplitSpec:
+    """How many entities go to the test split; the rest of the catalog is train.
+
+    Attributes:
+        test_products: Products held out for test (of 80).
+        min_test_cities: At least this many cities for test (more if needed for ``min_test_people``).
+        min_test_people: At least this many people for test, all born in test cities.
+        train_forms: Sign-up tasks in train (distinct names).
+        test_forms: Sign-up tasks in test (names unused in train).
+    """
+
+    test_products: int = 16
+    min_test_cities: int = 4
+    min_test_people: int = 4
+    train_forms: int = 64
+    test_forms: int = 16
+
+
+def split_entities(seed: int = 0, spec: SplitSpec = SplitSpec()) -> dict[str, dict[str, list]]:
+    """Disjoint train / test entities: ``products``, ``cities``, ``people`` (catalog objects) and
+    ``forms`` (``(name, city, plan key)`` triples).
+
+    Example:
+        >>> parts = split_entities(0)
+        >>> len(parts["test"]["products"]), len(parts["train"]["products"])
+        (16, 64)
+        >>> set(p.name for p in parts["test"]["products"]) & set(p.name for p in parts["train"]["products"])
+        set()
+    """
+    rng = random.Random(seed * 104729 + 5)
+    shop, wiki = shop_catalog(seed), wiki_catalog(seed)
+    products = list(shop.products)
+    rng.shuffle(products)
+    cities = list(wiki.cities)
+    rng.shuffle(cities)
+    test_cities: list = []
+    for city in cities:
+        people_in = sum(len(wiki.born_in(c.slug)) for c in test_cities)
+        if len(test_cities) >= spec.min_test_cities and people_in >= spec.min_test_people:
+            break
+        test_cities.append(city)
+    test_slugs = {c.slug for c in test_cities}
+    names = [f"{first} {last}" for first in FORM_FIRST for last in FORM_LAST]
+    rng.shuffle(names)
+    if spec.train_forms + spec.test_forms > len(names):
+        raise ValueError(f"train_forms + test_forms must be at most {len(names)}, got "
+                         f"{spec.train_forms + spec.test_forms}")
+    offered = form_cities(wiki)
+    forms = [(name, rng.choice(offered), rng.choice(list(PLANS))) for name in names]
+    return {
+        "train": {"products": products[spec.test_products:], "cities": [c for c in cities if c not in test_cities],
+                  "people": [p for p in wiki.people if p.born_in not in test_slugs],
+                  "forms": forms[spec.test_forms: spec.test_forms + spec.train_forms]},
+        "test": {"products": products[:spec.test_products], "cities": test_cities,
+                 "people": [p for p in wiki.people if p.born_in in test_slugs], "forms": forms[:spec.test_forms]},
+    }
+
+
+def _task(family: str, number: int, split: str, instruction: str, start_url: str, answer: str) -> dict:
+    return {"task_id": f"{family.replace('_', '-')}-{split}-{number:04d}", "instruction": instruction,
+            "start_url": start_url, "difficulty": DIFFICULTY[family], "reference_answer": answer,
+            "domain": DOMAIN[family], "family": family, "answer_type": ANSWER_TYPE[family]}
+
+
+def build_tasks(seed: int = 0, spec: SplitSpec = SplitSpec()) -> dict[str, list[dict]]:
+    """The tasks of both splits, ``{"train": [...], "test": [...]}``, grouped by family.
+
+    Example:
+        >>> tasks = build_tasks(0)
+        >>> len(tasks["train"]), len(tasks["test"])
+        (227, 57)
+        >>> tasks["train"][0]["family"], tasks["train"][0]["difficulty"]
+        ('shop_price', 'easy')
+    """
+    shop, wiki = shop_catalog(seed), wiki_catalog(seed)
+    out: dict[str, list[dict]] = {}
+    for split, parts in split_entities(seed, spec).items():
+        tasks: list[dict] = []
+        count = {f: 0 for f in FAMILIES}
+
+        def add(family: str, instruction: str, start_url: str, answer: str) -> None:
+            tasks.append(_task(family, count[family], split, instruction, start_url, answer))
+            count[family] += 1
+
+        for p in parts["products"]:
+            add("shop_price", PRICE_TEMPLATE.format(name=p.name),
+                shop.category_url(p.category, shop.category_page_of(p)), p.price)
+        for p in parts["products"]:
+            add("shop_stock", STOCK_TEMPLATE.format(name=p.name), "/shop/", str(p.stock))
+        for c in parts["cities"]:
+            add("wiki_fact", FOUNDED_TEMPLATE.format(city=c.name), "/wiki/", str(c.founded))
+        for person in parts["people"]:
+            add("wiki_hop", COUNTRY_TEMPLATE.format(person=person.name), "/wiki/",
+                wiki.city(person.born_in).country)
+        for name, city, plan in parts["forms"]:
+            add("form_code", FORM_TEMPLATE.format(name=name, city=city, plan=PLANS[plan]), "/forms/",
+                confirmation_code(name, city, plan))
+        out[split] = tasks
+    return out
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    """A regex matching ``template`` with each ``{field}`` as a named group."""
+    parts = re.split(r"\{(\w+)\}", template)
+    body = "".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts))
+    return re.compile(f"^{body}$")
+
+
+def describe_task(task: dict, seed: int = 0) -> dict[str, str]:
+    """What an expert needs to solve ``task``: the names to look for, the path, the answer.
+
+    Keys by family: shop_* ``product``, ``category``, ``price``, ``stock``; wiki_fact ``city``,
+    ``founded``; wiki_hop ``person``, ``city``, ``country``; form_code ``name``, ``city``, ``plan``
+    (as the radio label shows it), ``code``. Always ``family`` and ``answer``.
+
+    Example:
+        >>> t = build_tasks(0)["train"][0]
+        >>> d = describe_task(t)
+        >>> d["answer"] == t["reference_answer"] == d["price"] and d["product"] in t["instruction"]
+        True
+    """
+    family = task.get("family")
+    shop, wiki = shop_catalog(seed), wiki_catalog(seed)
+    templates = {"shop_price": (PRICE_TEMPLATE,), "shop_stock": (STOCK_TEMPLATE,), "wiki_fact": (FOUNDED_TEMPLATE,),
+                 "wiki_hop": (COUNTRY_TEMPLATE,), "form_code": (FORM_TEMPLATE,)}
+    if family not in templates:
+        raise ValueError(f"task {task.get('task_id')!r}: family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    match = next((m for t in templates[family] if (m := _pattern(t).match(task["instruction"]))), None)
+    if match is None:
+        raise ValueError(f"task {task['task_id']!r}: instruction does not follow the {family} template")
+    got = match.groupdict()
+    if family in ("shop_price", "shop_stock"):
+        p = shop.product_by_name(got["name"])
+        if p is None:
+            raise ValueError(f"task {task['task_id']!r}: no product named {got['name']!r} for seed {seed}")
+        info = {"product": p.name, "category": shop.categories[p.category], "price": p.price, "stock": str(p.stock)}
+        answer = p.price if family == "shop_price" else str(p.stock)
+    elif family == "wiki_fact":
+        c = wiki.by_title(got["city"])
+        if c is None:
+            raise ValueError(f"task {task['task_id']!r}: no city named {got['city']!r} for seed {seed}")
+        info, answer = {"city": c.name, "founded": str(c.founded)}, str(c.founded)
+    elif family == "wiki_hop":
+        person = wiki.by_title(got["person"])
+        if person is None or not hasattr(person, "born_in"):
+            raise ValueError(f"task {task['task_id']!r}: no person named {got['person']!r} for seed {seed}")
+        city = wiki.city(person.born_in)
+        info, answer = {"person": person.name, "city": city.name, "country": city.country}, city.country
+    else:
+        plan_key = next(k for k, label in PLANS.items() if label == got["plan"])
+        answer = confirmation_code(got["name"], got["city"], plan_key)
+        info = {"name": got["name"], "city": got["city"], "plan": got["plan"], "code": answer}
+    return {"family": family, "answer": answer, **info}
+
+
+def write_tasks(out_dir: str | Path, seed: int = 0, spec: SplitSpec = SplitSpec()) -> list[Path]:
+    """Writes ``train.jsonl`` and ``test.jsonl`` under ``out_dir`` (created if missing); returns the paths.
+
+    Example:
+        >>> import tempfile
+        >>> [p.name for p in write_tasks(tempfile.mkdtemp(), seed=0)]
+        ['train.jsonl', 'test.jsonl']
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out} is a file, expected a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for split, tasks in build_tasks(seed, spec).items():
+        path = out / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``--out`` folder, ``--seed``; prints one line per file written.
+
+    Example:
+        >>> import tempfile
+        >>> main(["--out", tempfile.mkdtemp(), "--seed", "0"])  # doctest: +ELLIPSIS
+        wrote .../train.jsonl (227 tasks)
+        wrote .../test.jsonl (57 tasks)
+        0
+    """
+    parser = argparse.ArgumentParser(prog="python -m toolkits.web_tasks.make_tasks",
+                                     description="Write train.jsonl and test.jsonl for the shipped web sites.")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--seed", type=int, default=0, help="catalog seed; serve the sites with the same seed")
+    args = parser.parse_args(argv)
+    try:
+        paths = write_tasks(args.out, args.seed)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in paths:
+        n = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        print(f"wrote {path} ({n} tasks)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
