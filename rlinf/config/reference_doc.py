@@ -30,6 +30,16 @@ __all__ = ["DEFAULT_PATH", "UndocumentedFieldError", "document", "field_docs", "
 
 #: Where the generated reference lives, relative to the repository root.
 DEFAULT_PATH = "docs/config_reference.md"
+#: the web-agent run's own root (seed 000's layout), rendered to its own page
+WEB_PATH = "docs/config_reference_web.md"
+WEB_TITLE = "Config reference (web-agent runs)"
+WEB_INTRO = """\
+`examples/web_agent/main.py` reads its own config root, WebGym's (seed 000): `default.yaml` ->
+`rollout.yaml` -> `rollout_train.yaml` / `rollout_test.yaml`, and `update_online.yaml`; the CPU
+demo loop is `web_agent_tiny_cpu.yaml`. See [web_agent.md](web_agent.md) for how the parts fit.
+Generated from the config dataclasses (`python -m rlinf.config.reference_doc --web-out
+docs/config_reference_web.md`); every key is typed, unknown keys are refused naming the key.
+"""
 
 TITLE = "Config reference (math and embodied runs)"
 
@@ -171,6 +181,13 @@ def document() -> str:
         if heading not in seen:
             text += "\n".join(_section_text(heading, path, cls))
     return text
+
+
+def document_web() -> str:
+    """The full text of ``docs/config_reference_web.md``: every section of a web-agent run."""
+    from rlinf.config.web import WebAgentConfig
+
+    return render_reference(WebAgentConfig, WEB_TITLE, WEB_INTRO)
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -444,8 +461,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", metavar="PATH", help="write the reference to PATH")
     parser.add_argument("--check", metavar="PATH",
                         help="exit 1 if PATH differs from the rendered reference")
+    parser.add_argument("--web-out", metavar="PATH", help="write the web-agent reference to PATH")
     args = parser.parse_args(argv)
     text = document()
+    if args.web_out:
+        Path(args.web_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.web_out).write_text(document_web(), encoding="utf-8")
+        print(f"wrote {args.web_out}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text, encoding="utf-8")
@@ -459,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"python -m rlinf.config.reference_doc --out {args.check}", file=sys.stderr)
             return 1
         print(f"{args.check} is up to date")
-    if not (args.out or args.check):
+    if not (args.out or args.check or args.web_out):
         sys.stdout.write(text)
     return 0
 

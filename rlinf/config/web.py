@@ -151,6 +151,11 @@ class WebAgentConfig:
             if changed:
                 out.append(f"openai_config: {', '.join(changed)}: not read: openai_config.evaluator is rule "
                            "(answers are compared with the tasks' reference answers)")
+        env = self.env_config
+        default = field_default(next(f for f in fields(type(env)) if f.name == "screenshot_comparison_workers"))
+        if not env.save_screenshots and env.screenshot_comparison_workers != default:
+            out.append(f"env_config.screenshot_comparison_workers: {env.screenshot_comparison_workers}: not read: "
+                       "env_config.save_screenshots is false (there are no screenshots to compare)")
         if self.algorithm_config.report_to != "wandb":
             changed = [f.name for f in fields(WebLogConfig) if f.name != "run_name"
                        and getattr(self.log_config, f.name) != field_default(f)]

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinf.config.reference_doc import DEFAULT_PATH, UndocumentedFieldError, document, main, render_reference
+from rlinf.config.reference_doc import (DEFAULT_PATH, WEB_PATH, UndocumentedFieldError, document, document_web, main,
+                                        render_reference)
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_YAML = Path(__file__).parent / "data" / "reference_math.yaml"
@@ -155,3 +156,16 @@ def test_cli_out_and_check(tmp_path, capsys):
     target.write_text(target.read_text() + "edited by hand\n")
     assert main(["--check", str(target)]) == 1
     assert f"{target} is out of date; regenerate it with" in capsys.readouterr().err
+
+
+def test_web_reference_is_current():
+    """docs/config_reference_web.md is rendered from the web-agent config dataclasses."""
+    path = ROOT / WEB_PATH
+    rendered = document_web()
+    assert path.is_file() and path.read_text(encoding="utf-8") == rendered, (
+        f"{WEB_PATH} is out of date; regenerate it with python -m rlinf.config.reference_doc --web-out {WEB_PATH}")
+    anchors = {re.sub(r"[^a-z0-9_\- ]", "", line[3:].lower()).replace(" ", "-")
+               for line in rendered.splitlines() if line.startswith("## ")}
+    assert set(re.findall(r"\]\(#([^)]+)\)", rendered)) <= anchors
+    for key in ("env_config.http_pools", "algorithm_config", "openai_config", "policy_config"):
+        assert f"## {key}" in rendered

@@ -12,14 +12,19 @@ When the Chromium process dies, every instance of it is lost: calls on them rais
 Pages are kept in one tab (``target=_blank`` and ``window.open`` open in place) and dialogs are
 accepted, so no action can leave an instance waiting on a popup.
 
-Example::
+Example (needs Chromium and a site on port 8000)::
 
-    host = BrowserHost()                                        # doctest: +SKIP
-    await host.start()                                          # doctest: +SKIP
-    iid = await host.allocate()                                 # doctest: +SKIP
-    await host.navigate(iid, "http://127.0.0.1:8000/", 10.0)    # doctest: +SKIP
-    (await host.ac_tree(iid, "set_of_marks", False))["text"]    # doctest: +SKIP
-    await host.execute(iid, {"type": "click", "id": 3}, 10.0)   # doctest: +SKIP
+    >>> async def demo():
+    ...     host = BrowserHost()
+    ...     await host.start()
+    ...     iid = await host.allocate()
+    ...     await host.navigate(iid, "http://127.0.0.1:8000/", timeout_s=10.0)
+    ...     tree = await host.ac_tree(iid, "set_of_marks", rich=False)
+    ...     done = await host.execute(iid, {"type": "click", "id": 1}, timeout_s=10.0)
+    ...     await host.close()
+    ...     return tree["text"].splitlines()[0], done["ok"]
+    >>> asyncio.run(demo())  # doctest: +SKIP
+    ('heading "Welcome"', True)
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any, Awaitable, Callable
 
 from rlinf.engines.web.actions import MODES, Action
 from rlinf.engines.web.observe import SAME_TAB_JS, read_page, take_screenshot
+from rlinf.engines.web.perform import perform_action
 
 try:  # the client imports this module's errors on machines without Playwright
     from playwright.async_api import Error as PlaywrightError
@@ -49,10 +55,6 @@ DEFAULT_TIMEOUT_S = 30.0
 SETTLE_WINDOW_S = 0.25
 #: bounds of the steps of a reset and of closing things
 STEP_TIMEOUT_S = 2.0
-#: bound of Playwright's actionability waits (visible, enabled, not covered) in a click / fill
-ACTION_WAIT_S = 5.0
-#: scroll distance, as a fraction of the viewport height
-SCROLL_FRACTION = 0.8
 
 
 class InstanceLost(RuntimeError):
@@ -117,10 +119,10 @@ def first_line(error: BaseException) -> str:
 
 
 async def _quietly(awaitable: Awaitable[Any], limit_s: float) -> None:
-    """Await with a bound, ignoring Playwright errors and the timeout (best-effort cleanup)."""
+    """Await with a bound, ignoring any error and the timeout (best-effort cleanup and resets)."""
     try:
         await asyncio.wait_for(awaitable, limit_s)
-    except (PlaywrightError, asyncio.TimeoutError):
+    except Exception:  # noqa: BLE001 - best effort: the next call reports what is still wrong
         pass
 
 
@@ -392,7 +394,8 @@ class BrowserHost:
 
     async def screenshot(self, iid: str, marks: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> bytes:
         """A PNG of the viewport; with ``marks`` the numbered boxes of the marked elements."""
-        return await self._op(iid, "screenshot", lambda inst: take_screenshot(inst.page, marks, timeout_s), timeout_s)
+        return await self._op(iid, "screenshot", lambda inst: self._settled_read(
+            inst, lambda: take_screenshot(inst.page, marks, timeout_s), timeout_s), timeout_s)
 
     async def ac_tree(self, iid: str, mode: str = "set_of_marks", rich: bool = False,
                       timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
@@ -400,7 +403,19 @@ class BrowserHost:
         "name", "box": [x, y, w, h]}]}``; ``rich`` renders Chromium's full AX tree."""
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
-        return await self._op(iid, "ac_tree", lambda inst: read_page(inst.page, inst.cdp, mode, rich), timeout_s)
+        return await self._op(iid, "ac_tree", lambda inst: self._settled_read(
+            inst, lambda: read_page(inst.page, inst.cdp, mode, rich), timeout_s), timeout_s)
+
+    async def _settled_read(self, inst: _Instance, read: Callable[[], Awaitable[Any]], timeout_s: float) -> Any:
+        """``read()``, once more after the load if a late navigation (a script's timer, a
+        redirect) replaced the document under it."""
+        try:
+            return await read()
+        except PlaywrightError as err:
+            if "destroyed" not in str(err) and "navigat" not in str(err).lower():
+                raise
+        await _quietly(inst.page.wait_for_load_state("load", timeout=timeout_s * 500), timeout_s / 2)
+        return await read()
 
     async def execute(self, iid: str, action: dict[str, Any] | Action,
                       timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
@@ -420,7 +435,7 @@ class BrowserHost:
             for event in (inst.nav_started, inst.nav_ended, inst.committed, inst.loaded):
                 event.clear()
             try:
-                error = await self._perform(inst, act, wait_s)
+                error = await perform_action(inst.page, inst.cdp, act, wait_s, self.viewport, self._bounded)
             except PlaywrightTimeout as err:
                 error = f"{act.type} did not complete: {first_line(err)}"
                 if not await self._answers(inst, STEP_TIMEOUT_S / 4):
@@ -433,61 +448,6 @@ class BrowserHost:
                 error = await self._settle(inst, deadline)
             return {"ok": error is None, "error": error, **(await self._page_meta(inst))}
         return await self._op(iid, "execute", run, timeout_s)
-
-    async def _perform(self, inst: _Instance, act: Action, timeout_s: float) -> str | None:
-        page, ms = inst.page, min(timeout_s, ACTION_WAIT_S) * 1000
-        if act.type in ("click", "type"):
-            if act.id is not None:
-                marked = page.locator(f'[data-rlinf-mark="{act.id}"]')
-                target = marked.first
-                if await marked.count() == 0:
-                    return f"no element marked [{act.id}] on this page (marks come from the last ac_tree)"
-                if act.type == "click":
-                    await target.click(timeout=ms)
-                    return None
-                kind = await target.evaluate("e => e.isContentEditable ? 'TEXT' : e.tagName")
-                if kind == "SELECT":
-                    await target.select_option(label=act.text or "", timeout=ms)
-                elif kind in ("TEXT", "INPUT", "TEXTAREA"):
-                    await target.fill(act.text or "", timeout=ms)
-                else:
-                    return f"element [{act.id}] does not take text"
-                if act.submit:
-                    await target.press("Enter", timeout=ms)
-                return None
-            width, height = self.viewport
-            if not (0 <= act.x < width and 0 <= act.y < height):
-                return f"point ({act.x}, {act.y}) is outside the {width}x{height} viewport"
-            await page.mouse.click(act.x, act.y)
-            if act.type == "type":
-                editable = await page.evaluate(
-                    "() => { const e = document.activeElement; return !!e && (e.isContentEditable || "
-                    "['INPUT', 'TEXTAREA'].includes(e.tagName)); }")
-                if not editable:
-                    return f"no text field at ({act.x}, {act.y})"
-                await page.keyboard.press("ControlOrMeta+A")
-                await page.keyboard.insert_text(act.text or "")
-                if act.submit:
-                    await page.keyboard.press("Enter")
-            return None
-        if act.type == "scroll":
-            sign = -1 if act.direction == "up" else 1
-            await page.evaluate(f"() => window.scrollBy(0, {sign} * Math.round(window.innerHeight * {SCROLL_FRACTION}))")
-            return None
-        if act.type == "goback":
-            history = await inst.cdp.send("Page.getNavigationHistory")
-            index = history.get("currentIndex", 0)
-            if index <= 0 or history["entries"][index - 1].get("url") == "about:blank":
-                return "there is no previous page"
-            try:
-                await page.go_back(wait_until="load", timeout=timeout_s * 1000)
-            except PlaywrightTimeout:
-                await self._bounded(inst.cdp.send("Page.stopLoading"))
-                return f"the previous page did not finish loading within {timeout_s:g}s; loading stopped"
-            return None
-        if act.type == "answer":
-            return None
-        return f"a {act.type!r} action cannot be executed" + (f": {act.error}" if act.error else "")
 
     async def _settle(self, inst: _Instance, deadline: float) -> str | None:
         """Wait for a navigation the action started (if one starts within the settle window)."""

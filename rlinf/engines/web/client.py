@@ -12,14 +12,18 @@ raises :class:`OperationFailed` with one line.
 :func:`split_for_rank` divides the pools and ``server_size`` across ranks by
 ``rank_load_weight`` (seed 004's multi-node rule).
 
-Example::
+Example (needs a browser server on port 8000 and a site on port 9000)::
 
-    async with BrowserClient("http://127.0.0.1:8000", {"execute": 64}) as client:  # doctest: +SKIP
-        iid = await client.allocate()
-        await client.navigate(iid, "http://127.0.0.1:9000/")
-        tree = await client.ac_tree(iid, "set_of_marks")
-        await client.execute(iid, {"type": "click", "id": 3})
-        await client.release(iid)
+    >>> async def demo():
+    ...     async with BrowserClient("http://127.0.0.1:8000", {"execute": 64}) as client:
+    ...         iid = await client.allocate()
+    ...         await client.navigate(iid, "http://127.0.0.1:9000/")
+    ...         tree = await client.ac_tree(iid, "set_of_marks")
+    ...         done = await client.execute(iid, {"type": "click", "id": 1})
+    ...         await client.release(iid)
+    ...         return tree["text"].splitlines()[0], done["ok"]
+    >>> asyncio.run(demo())  # doctest: +SKIP
+    ('heading "Welcome"', True)
 """
 
 from __future__ import annotations
@@ -134,7 +138,7 @@ class BrowserClient:
                 return body
             message = body.get("error", "") if isinstance(body, dict) else str(body)
             if response.status_code == 410:
-                raise InstanceLost(payload.get("instance_id", "?"), message)
+                raise InstanceLost(payload.get("instance_id", "?"), body.get("reason") or message)
             reason = f"HTTP {response.status_code}: {message}"
             if response.status_code < 500:
                 raise OperationFailed(op, reason)

@@ -16,10 +16,12 @@ bounded by ``operation_timeout`` (504; the instance is reset for the next call).
 =====  ======================================================================
 
 Run it: ``python -m rlinf.engines.web.service --port 0 --server-size 8`` prints its URL.
-In-process::
+In-process (needs Chromium)::
 
-    url, stop = start_service_thread(server_size=4, operation_timeout=30)  # doctest: +SKIP
-    stop()                                                                  # doctest: +SKIP
+    >>> url, stop = start_service_thread(server_size=4, operation_timeout=30)  # doctest: +SKIP
+    >>> httpx.get(url + "/health").json()  # doctest: +SKIP
+    {'ok': True, 'browser_connected': True}
+    >>> stop()  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ _TOMBSTONES_KEPT = 10_000
 class _Answer(Exception):
     """An HTTP error answer: status and one line."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, reason: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.reason = status, message, reason
 
 
 def _field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ..., what: str = "") -> Any:
@@ -127,13 +129,15 @@ class BrowserService:
         await self.host.close()
 
     # -- bookkeeping ----------------------------------------------------------------------------
-    def _bury(self, iid: str, reason: str) -> None:
-        """Forget a live instance for good: free its slot, remember why for later calls."""
+    def _bury(self, iid: str, reason: str | None) -> None:
+        """Forget a live instance: free its slot and, unless it was released, remember why it
+        is gone (later calls on it answer 410 with the reason)."""
         if self._live.pop(iid, None) is None:
             return
-        self._tombstones[iid] = reason
-        while len(self._tombstones) > _TOMBSTONES_KEPT:
-            self._tombstones.popitem(last=False)
+        if reason is not None:
+            self._tombstones[iid] = reason
+            while len(self._tombstones) > _TOMBSTONES_KEPT:
+                self._tombstones.popitem(last=False)
         assert self._slots is not None
         self._slots.release()
 
@@ -141,7 +145,7 @@ class BrowserService:
         for iid, reason in list(self.host.lost.items()):
             if iid in self._live:
                 self._counts["lost"] += 1
-                self._bury(iid, f"instance lost: {reason}")
+                self._bury(iid, reason)
             await self.host.release(iid)
 
     async def _janitor_loop(self) -> None:
@@ -154,8 +158,7 @@ class BrowserService:
                 for iid, born in list(self._live.items()):
                     if now - born > self.lifetime_s and not self._busy[iid]:
                         self._counts["recycles"] += 1
-                        self._bury(iid, f"instance recycled: older than instance_lifetime_max "
-                                        f"({self.lifetime_s / 60:g} minutes)")
+                        self._bury(iid, f"recycled after instance_lifetime_max ({self.lifetime_s / 60:g} minutes)")
                         try:
                             await self.host.release(iid, timeout_s=self.operation_timeout)
                         except UnknownInstance:
@@ -173,7 +176,8 @@ class BrowserService:
                 body = await self._body(request, op)
                 return web.json_response(await self._dispatch(op, body))
             except _Answer as answer:
-                return web.json_response({"error": answer.message, "op": op}, status=answer.status)
+                extra = {"reason": answer.reason} if answer.reason else {}
+                return web.json_response({"error": answer.message, "op": op, **extra}, status=answer.status)
             finally:
                 self._in_flight[op] -= 1
         return handle
@@ -201,7 +205,7 @@ class BrowserService:
         if op == "release":
             return await self._release(iid)
         if iid in self._tombstones:
-            raise _Answer(410, self._tombstones[iid])
+            raise self._gone(iid, self._tombstones[iid])
         if iid not in self._live:
             raise _Answer(404, f"unknown instance_id {iid!r} (never allocated or already released)")
         bound = self.operation_timeout
@@ -253,16 +257,20 @@ class BrowserService:
         except InstanceLost as lost:
             if iid in self._live:
                 self._counts["lost"] += 1
-                self._bury(iid, f"instance lost: {lost.reason}")
-            raise _Answer(410, self._tombstones.get(iid, f"instance lost: {lost.reason}")) from None
+                self._bury(iid, lost.reason)
+            raise self._gone(iid, self._tombstones.get(iid, lost.reason)) from None
         except UnknownInstance:
-            raise _Answer(410, self._tombstones.get(iid, "instance released while the call ran")) from None
+            raise self._gone(iid, self._tombstones.get(iid, "released while the call ran")) from None
         except Exception as err:  # noqa: BLE001 - one line to the client, not a traceback
             raise _Answer(500, f"{op} failed: {type(err).__name__}: {first_line(err)}") from None
         finally:
             self._busy[iid] -= 1
             if not self._busy[iid]:
                 del self._busy[iid]
+
+    @staticmethod
+    def _gone(iid: str, reason: str) -> _Answer:
+        return _Answer(410, f"instance {iid} is gone: {reason}", reason)
 
     async def _quiet_reset(self, iid: str) -> None:
         try:
@@ -302,7 +310,7 @@ class BrowserService:
             return {"released": False, "note": self._tombstones[iid]}
         if iid not in self._live:
             raise _Answer(404, f"unknown instance_id {iid!r} (never allocated or already released)")
-        self._bury(iid, "instance released")
+        self._bury(iid, None)
         try:
             await self.host.release(iid, timeout_s=self.operation_timeout)
         except UnknownInstance:

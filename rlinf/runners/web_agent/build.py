@@ -26,7 +26,8 @@ def phase_limits(cfg) -> PhaseLimits:
                        operation_timeout=e.operation_timeout, wait_timeout=e.wait_timeout, max_retries=e.max_retries,
                        completion_threshold=e.completion_threshold, completion_grace_period=e.completion_grace_period,
                        task_timeout_minutes=e.task_timeout_minutes, checkpoint_interval=interval,
-                       rank_load_weight=tuple(e.rank_load_weight))
+                       rank_load_weight=tuple(e.rank_load_weight), verbose=e.verbose,
+                       screenshot_comparison_workers=e.screenshot_comparison_workers if e.save_screenshots else 0)
 
 
 def make_policy(cfg, groups, tokenizer) -> BatchingPolicy:

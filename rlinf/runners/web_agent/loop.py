@@ -28,6 +28,7 @@ from rlinf.engines.web.tasks import sample_tasks
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.web_agent.metrics import rollout_metrics
 from rlinf.runners.web_agent.rollout import run_phase
+from rlinf.runners.web_agent.screens import noop_rate
 from rlinf.runners.web_agent.store import load_iteration
 from rlinf.runners.web_agent.update import plan_steps, select_samples, step_batches
 
@@ -82,6 +83,8 @@ class WebAgentRunner:
         trajs = asyncio.run(run_phase(tasks, self.env_urls, self.policy, self.settings[split], self.limits[split],
                                       self._folder(split), iteration, judge=self.judge, log=self.log))
         metrics = {f"{split}/{k}": v for k, v in rollout_metrics(trajs).items()}
+        if self.limits[split].screenshot_comparison_workers:
+            metrics[f"{split}/noop_rate"] = noop_rate(trajs)
         metrics[f"{split}/rollout_seconds"] = time.monotonic() - started
         metrics[f"{split}/trajectories"] = float(len(trajs))
         return trajs, metrics

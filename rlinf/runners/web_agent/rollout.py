@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from rlinf.engines.web.client import BrowserClient, split_for_rank
 from rlinf.runners.web_agent.collector import collect
 from rlinf.runners.web_agent.episode import EpisodeSettings, new_trajectory, run_episode
+from rlinf.runners.web_agent.screens import mark_unchanged_steps
 from rlinf.runners.web_agent.store import TrajectoryStore
 
 
@@ -39,6 +40,8 @@ class PhaseLimits:
     task_timeout_minutes: float
     checkpoint_interval: float | None  # None: no incremental saves (save_traj_progress false)
     rank_load_weight: tuple[float, ...] = ()
+    verbose: bool = False  # a line per finished episode
+    screenshot_comparison_workers: int = 0  # > 0: compare consecutive screenshots (page_unchanged)
 
 
 def split_tasks(tasks: list, weights: list[float]) -> list[list]:
@@ -69,14 +72,16 @@ async def run_phase(tasks: list[dict], envs: list[dict], policy, settings: Episo
         _run_rank(rank, shares[rank], envs[rank], policy, settings, limits, folder, iteration, weights, log)
         for rank in range(len(envs))))
     trajectories = [t for store in stores for t in store.trajectories]
+    if limits.screenshot_comparison_workers > 0:
+        await asyncio.to_thread(mark_unchanged_steps, trajectories, folder, limits.screenshot_comparison_workers)
     if judge is not None:
         todo = [t for t in trajectories if t.get("reward") is None]
         if todo:
             verdicts = await asyncio.to_thread(judge.evaluate_many, [(t["task"], t) for t in todo])
             for traj, verdict in zip(todo, verdicts):
                 apply_verdict(traj, verdict)
-            for store in stores:  # the saved files get the verdicts too
-                store.finish()
+    for store in stores:  # the saved files get the verdicts and comparisons too
+        store.finish()
     return trajectories
 
 
@@ -115,12 +120,19 @@ async def _run_rank(rank, tasks, env, policy, settings, limits, folder, iteratio
         traj["status"], traj["error"] = status, error
         return traj
 
+    def on_finished(item, traj):
+        store.add(traj)
+        if limits.verbose:
+            log(f"[web] rank {rank} {traj['task']['task_id']}#{traj.get('repeat', 0)}: {traj['status']} after "
+                f"{len(traj['steps'])} steps, answer {traj.get('answer')!r}"
+                + (f", error {traj['error']}" if traj.get("error") else ""))
+
     try:
         await collect(list(enumerate(todo)), run_one, concurrency=server_size,
                       completion_threshold=limits.completion_threshold,
                       grace_period_s=limits.completion_grace_period,
                       task_timeout_s=limits.task_timeout_minutes * 60.0,
-                      on_finished=lambda item, traj: store.add(traj), make_record=make_record)
+                      on_finished=on_finished, make_record=make_record)
     finally:
         store.finish()
         await client.aclose()

@@ -94,6 +94,8 @@ def test_every_operation_over_http(main_url, pages):
             link = next(e["id"] for e in tree["elements"] if e["name"] == "Go to page A")
             done = await c.execute(iid, {"type": "click", "id": link})
             released = await c.release(iid)
+            with pytest.raises(OperationFailed, match="release failed: HTTP 404: unknown instance_id"):
+                await c.release(iid)  # twice
             return nav, tree, rich, png, size, meta, done, released, await c.stats(), await c.health()
     nav, tree, rich, png, size, meta, done, released, stats, health = run(body())
     assert nav["ok"] and nav["title"] == "Test Home" and nav["status"] == 200
@@ -216,10 +218,15 @@ def test_recycled_instance_answers_410(short_lived_url, pages):
             deadline = time.monotonic() + 10
             while (await c.stats())["recycles"] < 1 and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
-            with pytest.raises(InstanceLost, match="recycled: older than instance_lifetime_max"):
+            with pytest.raises(InstanceLost, match="lost: recycled after instance_lifetime_max \\(0.03 minutes\\)"):
                 await c.page_metadata(iid)
-            return first, await c.release(iid), await c.stats(), c.retries["page_metadata"]
-    first, released, stats, retries = run(body())
+            async with httpx.AsyncClient(base_url=short_lived_url) as raw:
+                answer = await raw.post("/page_metadata", json={"instance_id": iid})
+            return iid, first, answer, await c.release(iid), await c.stats(), c.retries["page_metadata"]
+    iid, first, answer, released, stats, retries = run(body())
+    why = "recycled after instance_lifetime_max (0.03 minutes)"
+    assert answer.status_code == 410
+    assert answer.json() == {"error": f"instance {iid} is gone: {why}", "op": "page_metadata", "reason": why}
     assert first["ok"]
     assert released["released"] is False and "recycled" in released["note"]
     assert stats["recycles"] == 1 and stats["live"] == 0 and retries == 0
@@ -300,7 +307,7 @@ def test_lost_instance_answers_410_and_allocate_restarts_the_browser(main_url, p
             deadline = time.monotonic() + 10
             while (await c.health())["browser_connected"] and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            with pytest.raises(InstanceLost, match="instance lost: the browser"):
+            with pytest.raises(InstanceLost, match="lost: the browser process exited"):
                 await c.page_metadata(iid)
             released = await c.release(iid)
             fresh = await c.allocate()
@@ -309,7 +316,7 @@ def test_lost_instance_answers_410_and_allocate_restarts_the_browser(main_url, p
             await c.release(fresh)
             return before, released, page, after, c.retries["page_metadata"]
     before, released, page, after, retries = run(body())
-    assert released["released"] is False and "lost" in released["note"]
+    assert released == {"released": False, "note": "the browser process exited"}
     assert page["ok"] and page["title"] == "Page B"
     assert after["lost"] == before["lost"] + 1 and after["browser_restarts"] == before["browser_restarts"] + 1
     assert after["browser_pid"] != before["browser_pid"] and retries == 0
