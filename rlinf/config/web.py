@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 from rlinf.config.web_env import DIFFICULTIES, WebEnvConfig
 from rlinf.config.web_sections import (WebContextConfig, WebLogConfig, WebModelConfig, WebOpenAIConfig,
                                        WebPolicyConfig, WebRunnerConfig)
+from rlinf.config.web_train import zero_to_fsdp, zero_to_fsdp_text  # noqa: F401
 from rlinf.config.web_train import DeepSpeedSettings, WebAlgorithmConfig, load_deepspeed_config
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan
@@ -156,6 +157,11 @@ class WebAgentConfig:
         if not env.save_screenshots and env.screenshot_comparison_workers != default:
             out.append(f"env_config.screenshot_comparison_workers: {env.screenshot_comparison_workers}: not read: "
                        "env_config.save_screenshots is false (there are no screenshots to compare)")
+        algo = self.algorithm_config
+        if self.trains and algo.backend == "fsdp" and algo.deepspeed_config_filename is not None:
+            ds = self.deepspeed_settings()
+            out.append(f"algorithm_config.deepspeed_config_filename: {algo.deepspeed_config_filename} (ZeRO-{ds.stage}) "
+                       f"runs on FSDP2 (training_backend fsdp): {zero_to_fsdp_text(ds)}")
         if self.algorithm_config.report_to != "wandb":
             changed = [f.name for f in fields(WebLogConfig) if f.name != "run_name"
                        and getattr(self.log_config, f.name) != field_default(f)]
@@ -253,7 +259,7 @@ class WebAgentConfig:
         exe = self.env_config.browser.executable_path
         check(exe is None or (os.path.isfile(exe) and os.access(exe, os.X_OK)),
               "env_config.browser.executable_path", f"{exe!r} is not an executable file")
-        if self.trains and self.algorithm_config.training_backend == "deepspeed":
+        if self.trains and self.algorithm_config.backend == "deepspeed":
             self.deepspeed_settings()
             check(importlib.util.find_spec("deepspeed") is not None, "algorithm_config.training_backend",
                   "'deepspeed' needs the deepspeed package, which is not installed; pip install "

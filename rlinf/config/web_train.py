@@ -56,8 +56,11 @@ class WebAlgorithmConfig:
             (decay over the iteration's optimizer steps).
         val_split_ratio: filtered_sft: fraction of the samples held out to report a validation
             loss, in [0, 1).
-        deepspeed_config_filename: the DeepSpeed JSON of the deepspeed backend: a file name in
-            ``examples/web_agent/config/deepspeed/`` or a path; null = none (fsdp only).
+        deepspeed_config_filename: the DeepSpeed JSON (a file name in
+            ``examples/web_agent/config/deepspeed/`` or a path): the deepspeed backend runs it as
+            written; with ``training_backend: fsdp`` its ZeRO stage and offloads are mapped onto
+            FSDP2 (stage 3 -> full_shard, 1 / 2 -> shard_grad_op, offload -> cpu_offload) and
+            the mapping is printed at start; null = none (fsdp with its defaults).
         report_to: tracking backend: ``none``, ``tensorboard`` or ``wandb`` (log_config).
         method: ours: ``filtered_sft`` (WebGym's: supervised steps of successful trajectories)
             or ``grpo`` (group-relative policy gradient over each trajectory's steps, the page
@@ -65,7 +68,8 @@ class WebAlgorithmConfig:
         group_size: ours: grpo: episodes per train task (>= 2), their rewards compared with
             each other; filtered_sft: 1.
         clip_ratio: ours: grpo: the PPO clip range of the policy ratio.
-        training_backend: ours: ``fsdp`` (FSDP2) or ``deepspeed`` (reads the DeepSpeed file).
+        training_backend: ours: ``deepspeed`` (DeepSpeed ZeRO, the file above) or ``fsdp``
+            (FSDP2); null = deepspeed when a DeepSpeed file is given (WebGym's way), else fsdp.
     """
 
     positive_samples_to_train: int = 1800
@@ -83,7 +87,18 @@ class WebAlgorithmConfig:
     method: Literal["filtered_sft", "grpo"] = "filtered_sft"
     group_size: int = 1
     clip_ratio: float = 0.2
-    training_backend: Literal["fsdp", "deepspeed"] = "fsdp"
+    training_backend: Literal["fsdp", "deepspeed"] | None = None
+
+    @property
+    def backend(self) -> str:
+        """The training backend in effect (``training_backend``, or its null default resolved).
+
+        >>> WebAlgorithmConfig().backend, WebAlgorithmConfig(deepspeed_config_filename=None).backend
+        ('deepspeed', 'fsdp')
+        """
+        if self.training_backend is not None:
+            return self.training_backend
+        return "deepspeed" if self.deepspeed_config_filename is not None else "fsdp"
 
     def validate(self, path: str) -> None:
         for key in ("positive_samples_to_train", "per_device_train_batch_size", "gradient_accumulation_steps",
@@ -120,11 +135,6 @@ class WebAlgorithmConfig:
         if self.training_backend == "deepspeed":
             check(name is not None, f"{path}.deepspeed_config_filename",
                   "the deepspeed backend needs a DeepSpeed JSON, e.g. ds_config_h100_zero2.json")
-        else:
-            default = field_default(next(f for f in dataclasses.fields(self) if f.name == "deepspeed_config_filename"))
-            check(name in (None, default), f"{path}.deepspeed_config_filename",
-                  f"{name!r} has no effect with training_backend fsdp (read by the deepspeed backend "
-                  "only); set null, or training_backend: deepspeed")
 
     def deepspeed_path(self) -> Path | None:
         """The DeepSpeed file: a bare name is looked up in :data:`DEEPSPEED_DIR`.
@@ -198,9 +208,9 @@ def load_deepspeed_config(path: str | os.PathLike, key: str = "algorithm_config.
     flags = {}
     for name in ("bf16", "fp16"):
         enabled = _section(raw, name, key, where).get("enabled", False)
-        if not isinstance(enabled, bool):  # DeepSpeed's "auto" needs HF's Trainer, which we are not
-            raise ConfigError(key, f"{where}: {name}.enabled must be true or false, got {enabled!r}")
-        flags[name] = enabled
+        if enabled != "auto" and not isinstance(enabled, bool):
+            raise ConfigError(key, f"{where}: {name}.enabled must be true, false or \"auto\", got {enabled!r}")
+        flags[name] = enabled is True  # "auto" = the actor's precision: web actors train fp32 weights
     if flags["bf16"] and flags["fp16"]:
         raise ConfigError(key, f"{where}: bf16.enabled and fp16.enabled are both true; enable one")
     offload = {}
@@ -233,3 +243,26 @@ def _section(parent: dict, name: str, key: str, where: str, label: str | None = 
     if not isinstance(value, dict):
         raise ConfigError(key, f"{where}: {label or name} must be a JSON object, got {json.dumps(value)}")
     return value
+
+
+def zero_to_fsdp(ds: DeepSpeedSettings) -> dict[str, Any]:
+    """How a ZeRO file maps onto FSDP2 under ``training_backend: fsdp`` (``actor.fsdp_config``
+    keys, plus ``gradient_checkpointing`` of the model): stage 3 shards parameters too
+    (``full_shard``); stages 1 and 2 keep gathered parameters between forward and backward
+    (``shard_grad_op``); stage 0 replicates (``no_shard``); an optimizer or parameter offload
+    becomes FSDP2's CPU offload; ``bf16.enabled`` computes in bf16 (fp32 master weights and
+    reduction); an ``activation_checkpointing`` section turns on gradient checkpointing.
+
+    >>> s = DeepSpeedSettings("f", 3, True, False, "cpu", "cpu", True, True, None, None, {})
+    >>> zero_to_fsdp(s)
+    {'sharding_strategy': 'full_shard', 'cpu_offload': True, 'param_dtype': 'bf16', 'gradient_checkpointing': True}
+    """
+    strategy = {0: "no_shard", 1: "shard_grad_op", 2: "shard_grad_op", 3: "full_shard"}[ds.stage]
+    return {"sharding_strategy": strategy, "cpu_offload": bool(ds.offload_optimizer or ds.offload_param),
+            "param_dtype": "bf16" if ds.bf16 else ("fp16" if ds.fp16 else "fp32"),
+            "gradient_checkpointing": ds.activation_checkpointing}
+
+
+def zero_to_fsdp_text(ds: DeepSpeedSettings) -> str:
+    """:func:`zero_to_fsdp` in one line (the start-up note)."""
+    return ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in zero_to_fsdp(ds).items())

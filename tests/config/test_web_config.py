@@ -165,8 +165,6 @@ BAD = [
     ({"algorithm_config.warmup_steps": 30}, "algorithm_config.warmup_steps: 30 has no effect with lr_scheduler_type constant"),
     ({"algorithm_config.lr_scheduler_type": "exponential"}, "algorithm_config.lr_scheduler_type: 'exponential' is not allowed"),
     ({"algorithm_config.val_split_ratio": 1.0}, "algorithm_config.val_split_ratio: must be in [0, 1)"),
-    ({"algorithm_config.deepspeed_config_filename": "ds_config_h100_zero2.json"},
-     "algorithm_config.deepspeed_config_filename: 'ds_config_h100_zero2.json' has no effect with training_backend fsdp"),
     ({"algorithm_config.training_backend": "megatron"}, "algorithm_config.training_backend: 'megatron' is not allowed"),
     ({"algorithm_config.report_to": "mlflow"}, "algorithm_config.report_to: 'mlflow' is not allowed"),
     ({"policy_config.temperature": -0.5}, "policy_config.temperature: must be >= 0"),
@@ -330,3 +328,20 @@ def test_check_tasks():
         tiny.check_tasks([wiki], "train")
     with pytest.raises(ConfigError, match=r"^env_config\.test_tasks: .*test\.jsonl holds no task"):
         tiny.check_tasks([], "test")
+
+
+def test_a_zero_file_under_fsdp_is_mapped_and_noted():
+    """training_backend fsdp with a DeepSpeed file: its ZeRO stage / offload / bf16 map onto FSDP2,
+    and the start-up notes say how; null training_backend with a file means deepspeed."""
+    from rlinf.runners.web_agent.groups import actor_section
+
+    cfg = parse(changed({"algorithm_config.deepspeed_config_filename": "ds_config_h100_zero3.json",
+                         "algorithm_config.training_backend": "fsdp"}))
+    (note,) = [n for n in cfg.notes() if n.startswith("algorithm_config.deepspeed_config_filename")]
+    assert "ZeRO-3" in note and "full_shard" in note and "cpu_offload true" in note
+    actor = actor_section(cfg, "m")
+    assert actor.fsdp_config.sharding_strategy == "full_shard" and actor.fsdp_config.cpu_offload
+    assert actor.fsdp_config.mixed_precision.param_dtype == "bf16" and actor.model.gradient_checkpointing
+    assert parse(changed({"algorithm_config.deepspeed_config_filename": "ds_config_h100_zero2.json",
+                          "algorithm_config.training_backend": None})).algorithm_config.backend == "deepspeed"
+    assert parse(changed({})).algorithm_config.backend == "fsdp"  # the tiny config: no file

@@ -50,6 +50,13 @@ def actor_section(cfg, model_path: str):
            "model": {"model_path": model_path},
            "optim": {"lr": a.learning_rate, "clip_grad": 1.0},
            "lr_sched": {"lr_warmup_iters": warmup, "lr_decay_style": decay}}
+    if a.backend == "fsdp" and a.deepspeed_config_filename is not None:  # the ZeRO file mapped onto FSDP2
+        from rlinf.config.web_train import zero_to_fsdp
+
+        z = zero_to_fsdp(cfg.deepspeed_settings())
+        raw["model"]["gradient_checkpointing"] = z["gradient_checkpointing"]
+        raw["fsdp_config"] = {"sharding_strategy": z["sharding_strategy"], "cpu_offload": z["cpu_offload"],
+                              "mixed_precision": {"param_dtype": z["param_dtype"]}}
     return parse_section(ActorConfig, raw, "algorithm_config")
 
 
@@ -111,11 +118,13 @@ def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
             launched.append(rollout)
         if "actor" in plan.components:
             ranks = plan.component("actor").world_size
+            a = cfg.algorithm_config
+            deepspeed = ((str(a.deepspeed_path()), a.gradient_accumulation_steps)
+                         if a.backend == "deepspeed" else None)
             actor = WorkerGroup.launch(cluster, WebActorWorker, plan.component("actor"), name="ActorGroup",
                                        args=(start.model_path, actor_section(cfg, start.model_path),
                                              algorithm_section(cfg), total_update_steps(cfg, ranks),
-                                             cfg.algorithm_config.method,
-                                             cfg.algorithm_config.per_device_train_batch_size), wait=False)
+                                             a.method, a.per_device_train_batch_size, deepspeed), wait=False)
             launched.append(actor)
         for group in launched:
             group.wait_started()

@@ -72,11 +72,33 @@ def prepare_web(raw: Any) -> WebStart:
         key = "policy_config.checkpoint_path" if cfg.policy_config.checkpoint_path else "policy_config.base_model"
         check_hf_folder(model_path, key, tokenizer=True)
         tokenizer = load_tokenizer(model_path, None)
+    if cfg.trains and cfg.algorithm_config.backend == "deepspeed":
+        check_deepspeed_file(cfg)
     env = cfg.env_config
     executable = find_browser(env.browser.executable_path)
     resume = _resume_iteration(cfg)
     check_cluster_before_start(cfg.cluster)
     return WebStart(cfg, tasks, tokenizer, model_path, executable, resume)
+
+
+def check_deepspeed_file(cfg) -> None:
+    """Resolve the DeepSpeed JSON as the actor will (every key honoured, filled, noted or
+    refused), so a bad file stops the run before Ray starts."""
+    import torch
+
+    from rlinf.engines.training.deepspeed_config import load_ds_config, resolve_ds_config
+    from rlinf.runners.web_agent.groups import actor_section
+
+    a = cfg.algorithm_config
+    path = a.deepspeed_path()
+    ranks = cfg.plan().component("actor").world_size if cfg.cluster.accelerators_per_node is not None else 1
+    try:
+        resolve_ds_config(load_ds_config(str(path)), actor_section(cfg, cfg.policy_config.weights_path or ""),
+                          world_size=ranks, device_type="cuda" if torch.cuda.is_available() else "cpu",
+                          micro_batch_size=a.per_device_train_batch_size,
+                          gradient_accumulation_steps=a.gradient_accumulation_steps, source=path.name)
+    except ConfigError as exc:
+        raise ConfigError("algorithm_config.deepspeed_config_filename", str(exc)) from None
 
 
 def _resume_iteration(cfg) -> int:

@@ -2,6 +2,8 @@
 
 ``filtered_sft`` trains with next-token cross-entropy on positive steps; ``grpo`` with the math
 runs' PPO clipped loss on group-relative trajectory advantages (see :mod:`rlinf.objectives.web`).
+The engine is FSDP2, or DeepSpeed ZeRO with ``algorithm_config.training_backend: deepspeed`` (the
+``deepspeed_config_filename`` JSON; :mod:`rlinf.engines.training.deepspeed_engine`).
 An update is ``steps`` optimizer steps over this rank's shard, each on
 ``per_device_train_batch_size x gradient_accumulation_steps`` samples (micro-batches of
 ``per_device_train_batch_size``), as HF Trainer counts them.
@@ -24,13 +26,29 @@ class WebActorWorker(FSDPActorWorker):
     Args:
         method: ``filtered_sft`` or ``grpo``.
         micro_batch_size: samples per forward / backward pass (``per_device_train_batch_size``).
+        deepspeed: None = FSDP2; else ``(ds_config dict or JSON path, gradient_accumulation_steps)``.
         other arguments: as :class:`FSDPActorWorker` (no reference model: web runs have no KL).
     """
 
-    def __init__(self, model_path, actor, algorithm, total_steps: int, method: str, micro_batch_size: int):
-        super().__init__(model_path, actor, algorithm, total_steps, with_reference=False)
+    def __init__(self, model_path, actor, algorithm, total_steps: int, method: str, micro_batch_size: int,
+                 deepspeed=None):
         if method not in ("filtered_sft", "grpo"):
             raise ValueError(f"algorithm_config.method must be filtered_sft or grpo, got {method!r}")
+        if deepspeed is None:
+            super().__init__(model_path, actor, algorithm, total_steps, with_reference=False)
+        else:
+            from rlinf.engines.training.deepspeed_engine import DeepSpeedEngine
+
+            torch.manual_seed(actor.seed)
+            self.init_process_group()
+            self.algorithm, self.max_tokens_per_mbs, self.reference = algorithm, None, None
+            ds_config, accumulation = deepspeed
+            self.engine = DeepSpeedEngine(model_path, actor, ds_config,
+                                          temperature=algorithm.sampling_params.temperature,
+                                          total_steps=total_steps, micro_batch_size=micro_batch_size,
+                                          gradient_accumulation_steps=accumulation)
+            self.calculate_flops = actor.calculate_flops
+            self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
         self.method = method
         self.micro_batch_size = micro_batch_size
         self.loss_fn = sft_loss_fn if method == "filtered_sft" else make_loss_fn(algorithm)

@@ -123,10 +123,31 @@ def test_phase_solves_saves_judges_and_resumes(stack, tmp_path):
     assert sorted(t["task"]["task_id"] for t in saved) == sorted(t["task_id"] for t in tasks)
     assert all(t["reward"] == 1.0 for t in saved)  # verdicts saved too
     # a restarted phase runs nothing again
+    _check_report_in_browser(str(tmp_path), expected=6)
     again = ScriptedBackend()
     trajs2 = asyncio.run(run_phase(tasks, stack, BatchingPolicy(again), _settings(), _limits(), str(tmp_path), 0,
                                    judge=RuleEvaluator()))
     assert again.seen == [] and len(trajs2) == 6
+
+
+def _check_report_in_browser(folder, expected):
+    """The trajectory viewer's HTML, opened in headless Chromium: one block per episode, every
+    screenshot loads (naturalWidth > 0), the actions are shown."""
+    from playwright.sync_api import sync_playwright
+
+    from rlinf.runners.web_agent.viewer import write_report
+
+    path = write_report(folder, 0)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=find_chromium(None), headless=True)
+        page = browser.new_page()
+        page.goto(f"file://{path}")
+        assert page.locator("div.episode").count() == expected
+        assert page.locator("div.episode.ok").count() == expected  # every episode was rewarded
+        widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+        assert widths and all(w > 0 for w in widths), widths
+        assert "click" in page.locator("div.action").first.inner_text()
+        browser.close()
 
 
 def test_stragglers_are_cut_after_the_grace_period_and_kept(stack, tmp_path):
