@@ -273,7 +273,7 @@ def test_shipped_deepspeed_files():
     ('{"zero_optimization": {"stage": "1"}}', "zero_optimization.stage must be 0, 1, 2 or 3, got '1'"),
     ('{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}', "zero_optimization.offload_param needs stage 3"),
     ('{"bf16": {"enabled": true}, "fp16": {"enabled": true}}', "bf16.enabled and fp16.enabled are both true"),
-    ('{"bf16": {"enabled": "auto"}}', "bf16.enabled must be true or false"),
+    ('{"bf16": {"enabled": "yes"}}', 'bf16.enabled must be true, false or "auto"'),
     ('{"zero_optimization": 3}', "zero_optimization must be a JSON object, got 3"),
     ('{"train_micro_batch_size_per_gpu": 0}', 'train_micro_batch_size_per_gpu must be "auto" or an int >= 1'),
 ])
