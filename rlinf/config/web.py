@@ -157,6 +157,9 @@ class WebAgentConfig:
         if not env.save_screenshots and env.screenshot_comparison_workers != default:
             out.append(f"env_config.screenshot_comparison_workers: {env.screenshot_comparison_workers}: not read: "
                        "env_config.save_screenshots is false (there are no screenshots to compare)")
+        if self.policy_config.test_temperature is not None and not env.evaluates:
+            out.append(f"policy_config.test_temperature: {self.policy_config.test_temperature}: not read: no "
+                       "evaluation rollouts (env_config.test_tasks_rollout_size is 0)")
         algo = self.algorithm_config
         if self.trains and algo.backend == "fsdp" and algo.deepspeed_config_filename is not None:
             ds = self.deepspeed_settings()

@@ -62,6 +62,8 @@ class WebPolicyConfig:
         min_p: drop tokens below min_p x the top token's probability, in [0, 1).
         rollout_backend: ours: the engine of the run's own rollout workers (``hf`` or ``vllm``);
             read when ``env_config.vllm_server_url`` is null.
+        test_temperature: ours: the sampling temperature of evaluation rollouts (test tasks;
+            0 = greedy); null = temperature.
     """
 
     base_model: str | None = None
@@ -72,6 +74,7 @@ class WebPolicyConfig:
     top_k: int = 2
     min_p: float = 0.0
     rollout_backend: Literal["hf", "vllm"] = "hf"
+    test_temperature: float | None = None
 
     @property
     def weights_path(self) -> str | None:
@@ -82,6 +85,8 @@ class WebPolicyConfig:
         check(self.max_new_tokens >= 1, f"{path}.max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
         check(math.isfinite(self.temperature) and self.temperature >= 0, f"{path}.temperature",
               f"must be >= 0, got {self.temperature}")
+        check(self.test_temperature is None or (math.isfinite(self.test_temperature) and self.test_temperature >= 0),
+              f"{path}.test_temperature", f"must be >= 0 or null, got {self.test_temperature}")
         check(0 < self.top_p <= 1, f"{path}.top_p", f"must be in (0, 1], got {self.top_p}")
         check(self.top_k == -1 or self.top_k >= 1, f"{path}.top_k", f"must be -1 (no limit) or >= 1, got {self.top_k}")
         check(0 <= self.min_p < 1, f"{path}.min_p", f"must be in [0, 1), got {self.min_p}")

@@ -144,7 +144,7 @@ BAD = [
     ({"env_config.split": "test"}, "env_config.split: the online loop (actor placed) trains on train rollouts"),
     ({"env_config.train_tasks_rollout_size": 0}, "env_config.train_tasks_rollout_size: must be -1 (every task) or >= 1"),
     ({"env_config.test_tasks_rollout_size": -2}, "env_config.test_tasks_rollout_size: must be -1"),
-    ({"env_config.test_tasks_repeat_times": 0}, "env_config.test_tasks_repeat_times: 0 with test_tasks_rollout_size 24"),
+    ({"env_config.test_tasks_repeat_times": 0}, "env_config.test_tasks_repeat_times: 0 with test_tasks_rollout_size -1"),
     ({"env_config.test_tasks_rollout_size": 0}, "env_config.test_tasks_repeat_times: 1 has no effect"),
     ({"env_config.test_tasks_rollout_size": 0, "env_config.test_tasks_repeat_times": 0},
      "runner.test_interval: 4 has no effect: env_config.test_tasks_rollout_size is 0"),
@@ -231,7 +231,8 @@ def files(tmp_path):
             "reference_answer": "1", "domain": "shop"}
     write_tasks(data / "train.jsonl", [task])
     write_tasks(data / "test.jsonl", [task])
-    return {"data_path": str(data), "policy_config.base_model": str(model), "save_path": str(tmp_path / "out")}
+    return {"data_path": str(data), "policy_config.base_model": str(model), "save_path": str(tmp_path / "out"),
+            "env_config.test_tasks": "test.jsonl"}
 
 
 def test_paths_checked_when_asked(files, tmp_path):
@@ -326,7 +327,7 @@ def test_check_tasks():
     blocked.check_tasks([shop, wiki], "test")  # test tasks are never filtered
     with pytest.raises(ConfigError, match=r"^env_config\.train_tasks_ratio\.easy: 1\.0, but .* has no easy task"):
         tiny.check_tasks([wiki], "train")
-    with pytest.raises(ConfigError, match=r"^env_config\.test_tasks: .*test\.jsonl holds no task"):
+    with pytest.raises(ConfigError, match=r"^env_config\.test_tasks: .*test(_shop_price)?\.jsonl holds no task"):
         tiny.check_tasks([], "test")
 
 

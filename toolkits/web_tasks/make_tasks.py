@@ -204,20 +204,28 @@ def describe_task(task: dict, seed: int = 0) -> dict[str, str]:
     return {"family": family, "answer": answer, **info}
 
 
+#: the family of the CPU learning demo; its held-out tasks get a file of their own
+DEMO_FAMILY = "shop_price"
+
+
 def write_tasks(out_dir: str | Path, seed: int = 0, spec: SplitSpec = SplitSpec()) -> list[Path]:
-    """Writes ``train.jsonl`` and ``test.jsonl`` under ``out_dir`` (created if missing); returns the paths.
+    """Writes ``train.jsonl`` and ``test.jsonl`` under ``out_dir`` (created if missing), and
+    ``test_shop_price.jsonl`` (the demo family's held-out tasks, what the tiny CPU config
+    evaluates on); returns the paths.
 
     Example:
         >>> import tempfile
         >>> [p.name for p in write_tasks(tempfile.mkdtemp(), seed=0)]
-        ['train.jsonl', 'test.jsonl']
+        ['train.jsonl', 'test.jsonl', 'test_shop_price.jsonl']
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"--out {out} is a file, expected a folder")
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for split, tasks in build_tasks(seed, spec).items():
+    splits = build_tasks(seed, spec)
+    splits[f"test_{DEMO_FAMILY}"] = [t for t in splits["test"] if t["family"] == DEMO_FAMILY]
+    for split, tasks in splits.items():
         path = out / f"{split}.jsonl"
         path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks), encoding="utf-8")
         paths.append(path)
@@ -232,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         >>> main(["--out", tempfile.mkdtemp(), "--seed", "0"])  # doctest: +ELLIPSIS
         wrote .../train.jsonl (227 tasks)
         wrote .../test.jsonl (57 tasks)
+        wrote .../test_shop_price.jsonl (16 tasks)
         0
     """
     parser = argparse.ArgumentParser(prog="python -m toolkits.web_tasks.make_tasks",

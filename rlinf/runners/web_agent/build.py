@@ -30,11 +30,12 @@ def phase_limits(cfg) -> PhaseLimits:
                        screenshot_comparison_workers=e.screenshot_comparison_workers if e.save_screenshots else 0)
 
 
-def make_policy(cfg, groups, tokenizer) -> BatchingPolicy:
+def make_policy(cfg, groups, tokenizer, split: str = "train") -> BatchingPolicy:
+    """The policy the episodes of ``split`` call (evaluation samples at ``test_temperature``)."""
     from rlinf.runners.web_agent.groups import sampling_params
 
     e = cfg.env_config
-    sampling = sampling_params(cfg)
+    sampling = sampling_params(cfg, cfg.policy_config.test_temperature if split == "test" else None)
     if e.vllm_server_url is not None:
         backend = ServerBackend(e.vllm_server_url, cfg.policy_config.base_model or "policy", sampling,
                                 timeout_s=e.vllm_timeout, max_batch=e.server_size, tokenizer=tokenizer,
@@ -60,7 +61,8 @@ def build_runner(start, groups, logger, print_fn) -> WebAgentRunner:
     tok = start.tokenizer
     pad = None if tok is None else (tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
     limits = phase_limits(cfg)
-    return WebAgentRunner(cfg, groups.env_urls, make_policy(cfg, groups, tok), groups.actor, groups.rollout,
+    policies = {split: make_policy(cfg, groups, tok, split) for split in ("train", "test")}
+    return WebAgentRunner(cfg, groups.env_urls, policies, groups.actor, groups.rollout,
                           make_web_judge(cfg), start.tasks,
                           {"train": episode_settings(cfg, "train"), "test": episode_settings(cfg, "test")},
                           {"train": limits, "test": limits}, pad, logger=logger, log=print_fn)

@@ -39,7 +39,8 @@ class WebAgentRunner:
     Args:
         cfg: the run's :class:`~rlinf.config.web.WebAgentConfig`.
         env_urls: one ``{"browser", "site"}`` per env rank.
-        policy: the batching policy the episodes call.
+        policy: ``{"train": ..., "test": ...}``: the batching policies the episodes of each split
+            call (evaluation may sample at another temperature).
         actor, rollout: worker groups (None in a rollout-only phase: no update).
         judge: the evaluator (rule or LLM).
         tasks: ``{"train": [...], "test": [...]}``.
@@ -80,7 +81,7 @@ class WebAgentRunner:
             tasks = sample_tasks(self.tasks["test"], "test", size=env.test_tasks_rollout_size, sampler="uniform",
                                  rng=rng, repeat_times=env.test_tasks_repeat_times)
         started = time.monotonic()
-        trajs = asyncio.run(run_phase(tasks, self.env_urls, self.policy, self.settings[split], self.limits[split],
+        trajs = asyncio.run(run_phase(tasks, self.env_urls, self.policy[split], self.settings[split], self.limits[split],
                                       self._folder(split), iteration, judge=self.judge, log=self.log))
         metrics = {f"{split}/{k}": v for k, v in rollout_metrics(trajs).items()}
         if self.limits[split].screenshot_comparison_workers:

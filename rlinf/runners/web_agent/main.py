@@ -181,9 +181,10 @@ def _drive(start: WebStart, groups, print_fn) -> dict[str, float]:
         runner.fit(start.resume_iteration)
     finally:
         logger.close()
-        close = getattr(runner.policy.backend, "aclose", None)
-        if close is not None:
-            asyncio.run(close())
+        for policy in runner.policy.values():
+            close = getattr(policy.backend, "aclose", None)
+            if close is not None:
+                asyncio.run(close())
     tests = [h for h in runner.history if any(k.startswith("test/") for k in h)]
     out = {"steps": float(sum(1 for h in runner.history if any(k.startswith("train/") for k in h)))}
     if tests:  # named val/ for the entry point's first -> last line
