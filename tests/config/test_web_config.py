@@ -346,3 +346,33 @@ def test_a_zero_file_under_fsdp_is_mapped_and_noted():
     assert parse(changed({"algorithm_config.deepspeed_config_filename": "ds_config_h100_zero2.json",
                           "algorithm_config.training_backend": None})).algorithm_config.backend == "deepspeed"
     assert parse(changed({})).algorithm_config.backend == "fsdp"  # the tiny config: no file
+
+
+def test_env_ranks_on_a_cpu_only_node_group_and_their_shares():
+    """Browser servers need no accelerator: env may sit on a CPU-only node group (one rank per
+    node), and rank_load_weight splits server_size and every pool over those ranks."""
+    from rlinf.engines.web.client import split_for_rank
+
+    cfg = parse(changed({
+        "cluster": {"num_nodes": 3, "accelerators_per_node": 2,
+                    "node_groups": [{"label": "gpu", "node_ranks": "0", "accelerators_per_node": 2},
+                                    {"label": "web", "node_ranks": "1-2", "accelerators_per_node": 0}],
+                    "component_placement": {"env": {"node_group": "web", "placement": "0-1"},
+                                            "rollout": {"node_group": "gpu", "placement": "0"},
+                                            "actor": {"node_group": "gpu", "placement": "1"}}},
+        "env_config.rank_load_weight": [1.0, 3.0], "env_config.server_size": 8}))
+    env = cfg.plan().component("env")
+    assert env.world_size == 2 and {p.node for p in env.processes} == {1, 2}
+    assert all(not p.accelerators for p in env.processes)
+    pools = cfg.env_config.http_pools.as_dict()
+    shares = [split_for_rank(pools, 8, [1.0, 3.0], r) for r in range(2)]
+    assert [s for _, s in shares] == [2, 6]
+    assert all(shares[0][0][op] + shares[1][0][op] == pools[op] for op in pools)
+    with pytest.raises(ConfigError, match=r"^env_config\.rank_load_weight: gives 3 weights for 2 env worker ranks"):
+        parse(changed({"cluster": cfg_cluster_dict(cfg), "env_config.rank_load_weight": [1.0, 1.0, 1.0]}))
+
+
+def cfg_cluster_dict(cfg):
+    c = cfg.cluster
+    return {"num_nodes": c.num_nodes, "accelerators_per_node": c.accelerators_per_node,
+            "node_groups": [dict(g) for g in c.node_groups], "component_placement": dict(c.component_placement)}
