@@ -81,8 +81,18 @@ class WebAgentRunner:
             tasks = sample_tasks(self.tasks["test"], "test", size=env.test_tasks_rollout_size, sampler="uniform",
                                  rng=rng, repeat_times=env.test_tasks_repeat_times)
         started = time.monotonic()
-        trajs = asyncio.run(run_phase(tasks, self.env_urls, self.policy[split], self.settings[split], self.limits[split],
-                                      self._folder(split), iteration, judge=self.judge, log=self.log))
+        policy = self.policy[split]
+
+        async def phase():
+            try:
+                return await run_phase(tasks, self.env_urls, policy, self.settings[split], self.limits[split],
+                                       self._folder(split), iteration, judge=self.judge, log=self.log)
+            finally:  # connections belong to this phase's event loop
+                close = getattr(policy.backend, "aclose", None)
+                if close is not None:
+                    await close()
+
+        trajs = asyncio.run(phase())
         metrics = {f"{split}/{k}": v for k, v in rollout_metrics(trajs).items()}
         if self.limits[split].screenshot_comparison_workers:
             metrics[f"{split}/noop_rate"] = noop_rate(trajs)

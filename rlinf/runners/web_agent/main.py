@@ -11,7 +11,6 @@ judged); with one it is the online loop.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from dataclasses import dataclass
@@ -66,12 +65,14 @@ def prepare_web(raw: Any) -> WebStart:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"env_config.{split}_tasks", str(exc)) from None
         cfg.check_tasks(tasks[split], split)
-    model_path = cfg.policy_config.checkpoint_path or cfg.policy_config.base_model
+    model_path = cfg.policy_config.weights_path
     tokenizer = None
-    if model_path is not None:
+    if not cfg.external_server or cfg.trains:  # our own workers load the folder
         key = "policy_config.checkpoint_path" if cfg.policy_config.checkpoint_path else "policy_config.base_model"
         check_hf_folder(model_path, key, tokenizer=True)
         tokenizer = load_tokenizer(model_path, None)
+    elif model_path is not None and os.path.isfile(os.path.join(model_path, "tokenizer_config.json")):
+        tokenizer = load_tokenizer(model_path, None)  # an external server: its steps get token ids too
     if cfg.trains and cfg.algorithm_config.backend == "deepspeed":
         check_deepspeed_file(cfg)
     env = cfg.env_config
@@ -181,10 +182,6 @@ def _drive(start: WebStart, groups, print_fn) -> dict[str, float]:
         runner.fit(start.resume_iteration)
     finally:
         logger.close()
-        for policy in runner.policy.values():
-            close = getattr(policy.backend, "aclose", None)
-            if close is not None:
-                asyncio.run(close())
     tests = [h for h in runner.history if any(k.startswith("test/") for k in h)]
     out = {"steps": float(sum(1 for h in runner.history if any(k.startswith("train/") for k in h)))}
     if tests:  # named val/ for the entry point's first -> last line

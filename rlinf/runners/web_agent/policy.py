@@ -162,13 +162,26 @@ class ServerBackend:
 
     def __init__(self, base_url: str, model: str, sampling, timeout_s: float, max_batch: int = 16,
                  tokenizer=None, max_connections: int = 16):
-        import httpx
-
         self.url = base_url.rstrip("/") + ("/chat/completions" if base_url.rstrip("/").endswith("/v1")
                                            else "/v1/chat/completions")
         self.model, self.sampling, self.tokenizer = model, sampling, tokenizer
         self.max_batch = max_batch
-        self.client = httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(max_connections=max_connections))
+        self.timeout_s, self.max_connections = timeout_s, max_connections
+        self._client = None
+        self._loop = None
+
+    @property
+    def client(self):
+        """One pooled ``httpx.AsyncClient`` per event loop (each rollout phase runs its own loop,
+        and a client's connections belong to the loop that opened them)."""
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = httpx.AsyncClient(timeout=self.timeout_s,
+                                             limits=httpx.Limits(max_connections=self.max_connections))
+            self._loop = loop
+        return self._client
 
     async def _one(self, text: str) -> Reply:
         s = self.sampling
@@ -188,7 +201,10 @@ class ServerBackend:
         return list(await asyncio.gather(*(self._one(t) for t in texts)))
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        """Close the client of the running loop; one left from a finished loop is dropped."""
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = self._loop = None
 
 
 def chat_ids(tokenizer, text: str) -> list[int]:
