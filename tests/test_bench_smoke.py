@@ -1,22 +1,32 @@
-"""Every benchmark script still runs (``--quick``) and prints its table; numbers are not asserted."""
+"""Every benchmark script still runs (``--quick``) and prints its table; numbers are not asserted.
+
+The scripts are independent processes, each with its own fresh Ray, and one run alone keeps about
+one of the two cores busy (Ray's start-up, imports, single-process phases), so the module starts
+every selected script when its first test asks and runs them two at a time (four were no faster
+than two here); each test then waits for its own script only.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import subprocess
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["bench_channel.py", "bench_latency.py", "bench_group_call.py", "bench_math_reward.py",
+           "bench_env_pipeline.py", "bench_placement.py", "bench_weight_sync.py"]
+PUSHCUBE = "bench_pushcube_vs_single_file.py"
+CONCURRENT_SCRIPTS = 2  # 2 cores: more would only stretch each script's own timings
+# the longest (~1 min) first, then in test order: no test waits long for scripts queued before its own
+START_ORDER = [PUSHCUBE, *SCRIPTS]
 
 
-@pytest.mark.ray
-@pytest.mark.parametrize("script", ["bench_channel.py", "bench_latency.py", "bench_group_call.py",
-                                    "bench_math_reward.py", "bench_env_pipeline.py",
-                                    "bench_placement.py", "bench_weight_sync.py"])
-def test_bench_quick_mode_prints_a_table(script):
+def bench_command(script: str) -> list[str]:
     args = [sys.executable, str(ROOT / "bench" / script)]
     if script != "bench_placement.py":
         args.append("--quick")
@@ -24,7 +34,60 @@ def test_bench_quick_mode_prints_a_table(script):
         args += ["--stages", "2"]  # one launch of the groups instead of two: the path is the same
     if script == "bench_weight_sync.py":
         args += ["--receivers", "hf", "--placements", "collocated"]  # vLLM's start alone takes ~30 s
-    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    return args
+
+
+@functools.lru_cache(maxsize=1)
+def _pushcube_problem() -> str | None:
+    """Why the PushCube side-by-side cannot run here (``None``: it can)."""
+    if importlib.util.find_spec("mani_skill") is None:
+        return "mani-skill is not installed"
+    from rlinf.engines.simulators.maniskill import vulkan_unavailable_reason
+
+    problem = vulkan_unavailable_reason()
+    return f"ManiSkill cannot render here: {problem}" if problem else None
+
+
+def _selected_scripts(session: pytest.Session) -> set[str]:
+    """The scripts whose tests this session will run (``-k`` and friends deselect the rest)."""
+    chosen = set()
+    for item in session.items:
+        module = getattr(item, "module", None)  # doctest items have none
+        if module is not None and module.__name__ == __name__:
+            callspec = getattr(item, "callspec", None)
+            if callspec is not None and "script" in callspec.params:
+                chosen.add(callspec.params["script"])
+            elif item.originalname == "test_pushcube_side_by_side_quick_prints_both_rows":
+                chosen.add(PUSHCUBE)
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def bench_runs(request):
+    """``script -> Future[CompletedProcess]``: every selected script, started at once, two at a time."""
+    chosen = _selected_scripts(request.session)
+    if PUSHCUBE in chosen and _pushcube_problem():
+        chosen.discard(PUSHCUBE)  # its test skips with the reason
+    pool = ThreadPoolExecutor(max_workers=CONCURRENT_SCRIPTS, thread_name_prefix="bench-smoke")
+    runs: dict[str, Future] = {}
+    for script in START_ORDER:
+        if script in chosen:
+            runs[script] = pool.submit(subprocess.run, bench_command(script), cwd=ROOT, capture_output=True,
+                                       text=True, timeout=240)
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(runs: dict[str, Future], script: str) -> subprocess.CompletedProcess:
+    if script not in runs:  # selected by a route _selected_scripts does not know: run it now
+        return subprocess.run(bench_command(script), cwd=ROOT, capture_output=True, text=True, timeout=240)
+    return runs[script].result(timeout=600)  # each run has its own 240 s limit; queued ones wait
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bench_quick_mode_prints_a_table(bench_runs, script):
+    out = _result(bench_runs, script)
     assert out.returncode == 0, out.stderr[-3000:]
     table_rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert len(table_rows) >= 3, out.stdout
@@ -32,14 +95,11 @@ def test_bench_quick_mode_prints_a_table(script):
 
 @pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
-def test_pushcube_side_by_side_quick_prints_both_rows():
-    from rlinf.engines.simulators.maniskill import vulkan_unavailable_reason
-
-    problem = vulkan_unavailable_reason()
+def test_pushcube_side_by_side_quick_prints_both_rows(bench_runs):
+    problem = _pushcube_problem()
     if problem:
-        pytest.skip(f"ManiSkill cannot render here: {problem}")
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_pushcube_vs_single_file.py"), "--quick"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=240)
+        pytest.skip(problem)
+    out = _result(bench_runs, PUSHCUBE)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert any(r.startswith("| single-file PPO |") for r in rows), out.stdout

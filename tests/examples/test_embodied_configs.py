@@ -104,8 +104,12 @@ def _tiny_run(name, tmp_path, lora: bool):
     from rlinf.runners.embodied.main import run_embodied
 
     base = write_tiny_openvla(tmp_path / "vla", identity_stats=True)
+    # env.enable_offload=false: offload rebuilds the simulators before every rollout (seconds of
+    # simulator start-up each, on CPU); these runs check the plumbing end to end, offload has its own
+    # test (tests/runners/test_embodied_runner.py::test_env_offload_releases_simulators_...)
     overrides = [f"runner.output_dir={tmp_path / 'out'}", f"actor.model.model_path={base}",
-                 "runner.max_epochs=1", "runner.val_check_interval=1", "runner.save_interval=1"]
+                 "runner.max_epochs=1", "runner.val_check_interval=1", "runner.save_interval=1",
+                 "env.enable_offload=false"]
     if lora:
         overrides.append(f"actor.model.lora_path={write_tiny_lora(base, tmp_path / 'lora')}")
     cfg = load(name, overrides)

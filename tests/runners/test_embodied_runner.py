@@ -38,11 +38,19 @@ def toy_config(tmp_path, placement, accelerators, *, adv="gae", stages=2, chunks
     }
 
 
-def test_ppo_with_gae_two_stages_hybrid_placement(ray_cluster, tmp_path):
+@pytest.fixture(scope="module")
+def gae_two_stage_run(ray_cluster, tmp_path_factory):
+    """``(summary, folder)`` of one synchronous PPO run (GAE, two pipeline stages, hybrid placement,
+    videos), launched once for the tests that read different things from it."""
     from rlinf.runners.embodied.main import run_embodied
 
-    cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, video=True)
-    summary = run_embodied(cfg, print_fn=lambda *_: None)
+    folder = tmp_path_factory.mktemp("gae_two_stage")
+    cfg = toy_config(folder, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, video=True)
+    return run_embodied(cfg, print_fn=lambda *_: None), folder
+
+
+def test_ppo_with_gae_two_stages_hybrid_placement(gae_two_stage_run):
+    summary, tmp_path = gae_two_stage_run
     assert summary["steps"] == 2 and 0 <= summary["val/last_success_rate"] <= 1
     metrics = {int(m["step"]): m for m in read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))}
     assert sorted(metrics) == [0, 1, 2]
@@ -56,7 +64,7 @@ def test_ppo_with_gae_two_stages_hybrid_placement(ray_cluster, tmp_path):
     assert os.path.isdir(tmp_path / "out" / "t" / "policy")
 
 
-def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, tmp_path):
+def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, tmp_path, gae_two_stage_run):
     """max_head_offpolicyness 1: each update after the first learns from the previous policy
     version's rollout; evaluations and checkpoints collect the rollout in flight first."""
     from rlinf.runners.embodied.main import run_embodied
@@ -75,9 +83,9 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
     assert state["rollouts"] == 4 + 3  # four train rollouts (none left over) and three evaluations
     train_videos = sorted(v for v in os.listdir(tmp_path / "video") if v.startswith("train"))
     assert train_videos == ["train_step1_rank0.mp4", "train_step2_rank0.mp4", "train_step4_rank0.mp4"]
-    synchronous = toy_config(tmp_path / "sync", {"env": "0", "rollout": "1", "actor": "0-1"}, 2)
-    run_embodied(synchronous, print_fn=lambda *_: None)
-    assert {m.get("rollout/staleness") for m in read_metrics(str(tmp_path / "sync" / "out" / "t" / "metrics.jsonl"))
+    # the same placement without max_head_offpolicyness (the shared synchronous run): never stale
+    sync_folder = gae_two_stage_run[1]
+    assert {m.get("rollout/staleness") for m in read_metrics(str(sync_folder / "out" / "t" / "metrics.jsonl"))
             if "actor/grad_norm" in m} == {0.0}
 
 

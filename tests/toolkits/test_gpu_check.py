@@ -5,6 +5,7 @@ check, the wheel installer, and the Megatron / offload checks' code on CPU stand
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -87,8 +88,9 @@ def bare_python(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    """One dry run of the script with three extra checks that raise, crash and hang."""
+def dry_run(tmp_path_factory, cpu_standins):
+    """One dry run of the script with three extra checks that raise, crash and hang (while the
+    CPU stand-in runs of the last tests go on in the background: ``cpu_standins``)."""
     tmp = tmp_path_factory.mktemp("gpu_check")
     python = bare_python(tmp / "venv")
     (tmp / "probe").mkdir()
@@ -238,12 +240,47 @@ def test_bad_input_gets_one_error_line(tmp_path):
 
 
 # ---- the GPU checks' code on CPU stand-ins ----------------------------------------------------------
-def _run_python(code: str, tmp_path: Path) -> dict:
+def _start_python(code: str, tmp_path: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def _finish_python(proc: subprocess.Popen) -> dict:
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def cpu_standins(request, tmp_path_factory):
+    """``name -> started process`` of the stand-in runs below that this session selected: each runs
+    in its own interpreter for some seconds, so they start with the module and overlap the dry run;
+    a test collects its own (:func:`_finish_python`)."""
+    selected = {item.originalname for item in request.session.items
+                if getattr(item, "module", None) is not None and item.module.__name__ == __name__}
+    wanted = {"megatron": "test_the_megatron_step_check_runs_through_on_the_cpu_shim",
+              "offload": "test_the_offload_check_compares_the_steps_after_onload"}
+    started: dict[str, subprocess.Popen] = {}
+    if wanted["megatron"] in selected and importlib.util.find_spec("megatron") is not None:
+        started["megatron"] = _start_python(MEGATRON_ON_CPU, tmp_path_factory.mktemp("megatron_on_cpu"))
+    if wanted["offload"] in selected:
+        started["offload"] = _start_python(OFFLOAD_ON_CPU, tmp_path_factory.mktemp("offload_on_cpu"))
+    yield started
+    for proc in started.values():  # a test that did not collect its run (failed before): stop it
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def _standin_result(cpu_standins: dict, name: str, code: str, tmp_path: Path) -> dict:
+    proc = cpu_standins.get(name) or _start_python(code, tmp_path)  # not started with the module
+    return _finish_python(proc)
 
 
 MEGATRON_ON_CPU = '''
@@ -263,9 +300,9 @@ print(json.dumps(m.run_step(Context("cpu", True, sys.argv[1], sys.argv[1]))))
 '''
 
 
-def test_the_megatron_step_check_runs_through_on_the_cpu_shim(tmp_path):
+def test_the_megatron_step_check_runs_through_on_the_cpu_shim(cpu_standins, tmp_path):
     pytest.importorskip("megatron.core")
-    result = _run_python(MEGATRON_ON_CPU, tmp_path)
+    result = _standin_result(cpu_standins, "megatron", MEGATRON_ON_CPU, tmp_path)
     f = result["figures"]
     assert result["status"] == "pass", result["failed"]
     assert f["loss_decreased"] and f["storage_bytes_left_offloaded"] == 0 and f["offload_state_bytes"] > 0
@@ -285,8 +322,8 @@ print(json.dumps(m.run(Context("cpu", True, sys.argv[1], sys.argv[1]))))
 '''
 
 
-def test_the_offload_check_compares_the_steps_after_onload(tmp_path):
-    result = _run_python(OFFLOAD_ON_CPU, tmp_path)
+def test_the_offload_check_compares_the_steps_after_onload(cpu_standins, tmp_path):
+    result = _standin_result(cpu_standins, "offload", OFFLOAD_ON_CPU, tmp_path)
     f = result["figures"]
     assert f["logprobs_equal_after_onload"] and f["first_steps_equal"] and f["second_step_within_bound"]
     assert f["first_step_noise_max_abs"] == 0.0 and f["loss_second_offloaded"] == f["loss_second_resident"]
