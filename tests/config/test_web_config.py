@@ -145,9 +145,9 @@ BAD = [
     ({"env_config.train_tasks_rollout_size": 0}, "env_config.train_tasks_rollout_size: must be -1 (every task) or >= 1"),
     ({"env_config.test_tasks_rollout_size": -2}, "env_config.test_tasks_rollout_size: must be -1"),
     ({"env_config.test_tasks_repeat_times": 0}, "env_config.test_tasks_repeat_times: 0 with test_tasks_rollout_size -1"),
-    ({"env_config.test_tasks_rollout_size": 0}, "env_config.test_tasks_repeat_times: 1 has no effect"),
+    ({"env_config.test_tasks_rollout_size": 0}, "env_config.test_tasks_repeat_times: 4 has no effect"),
     ({"env_config.test_tasks_rollout_size": 0, "env_config.test_tasks_repeat_times": 0},
-     "runner.test_interval: 4 has no effect: env_config.test_tasks_rollout_size is 0"),
+     "runner.test_interval: 2 has no effect: env_config.test_tasks_rollout_size is 0"),
     ({"env_config.vllm_server_url": "http://127.0.0.1:8999"}, "env_config.vllm_server_url: 'http://127.0.0.1:8999', but rollout is placed"),
     ({"env_config.vllm_server_url": "localhost:8999"}, "env_config.vllm_server_url: expected null or an http(s):// URL"),
     ({"env_config.rank_load_weight": [1.0, 2.0]}, "env_config.rank_load_weight: gives 2 weights for 1 env worker ranks"),
@@ -232,7 +232,7 @@ def files(tmp_path):
     write_tasks(data / "train.jsonl", [task])
     write_tasks(data / "test.jsonl", [task])
     return {"data_path": str(data), "policy_config.base_model": str(model), "save_path": str(tmp_path / "out"),
-            "env_config.test_tasks": "test.jsonl"}
+            "env_config.train_tasks": "train.jsonl", "env_config.test_tasks": "test.jsonl"}
 
 
 def test_paths_checked_when_asked(files, tmp_path):
@@ -318,7 +318,7 @@ def test_check_tasks():
     tiny.check_tasks([shop, wiki], "train")
     off = parse(changed({"env_config.site_server.enabled": False}))
     off.check_tasks([wiki], "test")
-    with pytest.raises(ConfigError, match=r"^env_config\.site_server\.enabled: false, but task 'a' of .*train\.jsonl "
+    with pytest.raises(ConfigError, match=r"^env_config\.site_server\.enabled: false, but task 'a' of .*train(_shop_category)?\.jsonl "
                                           r"has the relative start_url '/shop/'"):
         off.check_tasks([wiki, shop], "train")
     blocked = parse(changed({"env_config.blocked_domains": ["shop", "wiki"]}))
@@ -327,7 +327,7 @@ def test_check_tasks():
     blocked.check_tasks([shop, wiki], "test")  # test tasks are never filtered
     with pytest.raises(ConfigError, match=r"^env_config\.train_tasks_ratio\.easy: 1\.0, but .* has no easy task"):
         tiny.check_tasks([wiki], "train")
-    with pytest.raises(ConfigError, match=r"^env_config\.test_tasks: .*test(_shop_price)?\.jsonl holds no task"):
+    with pytest.raises(ConfigError, match=r"^env_config\.test_tasks: .*test(_shop_category)?\.jsonl holds no task"):
         tiny.check_tasks([], "test")
 
 

@@ -35,7 +35,10 @@ def test_maniskill_pushcube_ppo_steps(ray_cluster, tmp_path):
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, envs=4, max_steps=2,
                      val_check_interval=2)
     for split in ("train", "eval"):
-        cfg["env"][split].update(env_type="maniskill", max_episode_steps=10,
+        # envs_per_process=2: one simulator process per pipeline stage (each process start
+        # imports torch and ManiSkill, seconds of CPU); one env per process has its own tests
+        # (tests/simulators/test_maniskill.py).
+        cfg["env"][split].update(env_type="maniskill", max_episode_steps=10, envs_per_process=2,
                                  init_params={"id": "PushCube-v1", "control_mode": "pd_joint_delta_pos"})
     cfg["actor"]["model"]["action_dim"] = 8
     cfg["actor"].update(micro_batch_size=10, global_batch_size=20)

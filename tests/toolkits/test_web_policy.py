@@ -23,6 +23,8 @@ from toolkits.web_tasks.tokenizer import chat_text, tokenizer_from_demos
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "web_agent" / "data" / "train.jsonl"
 TEST = ROOT / "examples" / "web_agent" / "data" / "test.jsonl"
+DEMO_TRAIN = ROOT / "examples" / "web_agent" / "data" / "train_shop_category.jsonl"
+DEMO_TEST = ROOT / "examples" / "web_agent" / "data" / "test_shop_category.jsonl"
 
 
 def _need_chromium() -> None:
@@ -51,12 +53,13 @@ def settings():
 @pytest.fixture(scope="module")
 def demos(settings):
     """Expert demonstrations on 4 shop_price train tasks: a clean run, a noisy run and one search
-    start each (seeded), plus the collection stats."""
+    start each (seeded; 5 of the 8 start-page episodes follow the search strategy), plus the
+    collection stats."""
     _need_chromium()
     from toolkits.web_tasks.demos import collect_demos
 
     rows, stats = asyncio.run(collect_demos(_tasks(TRAIN, "shop_price", 4), repeats=2, noise=1.0, searches=1,
-                                            seed=3, settings=settings))
+                                            seed=3, settings=settings, search_share=0.35))
     return rows, stats
 
 
@@ -86,6 +89,29 @@ def test_expert_reads_marks_and_answers_offline():
         expert_action({"family": "form_code", "task_id": "f"}, listing, [])
 
 
+def test_expert_search_strategy_goes_home_types_the_name_and_clicks_the_result():
+    task = json.loads(TRAIN.read_text().splitlines()[0])
+    from toolkits.web_tasks.make_tasks import describe_task
+
+    name = describe_task(task)["product"]
+    listing = {"url": "http://h/shop/category/x", "title": "X - page 1 of 2 | Shop",
+               "text": f'[1] link "Shop home"\n[2] link "Cart"\n[7] link "{name}"\n[9] link "Next page"'}
+    assert expert_action(task, listing, [], strategy="search") == "click [1]"  # even with the product listed
+    assert expert_action(task, listing, [], strategy="browse") == "click [7]"
+    home = {"url": "http://h/shop/", "title": "Shop home",
+            "text": '[1] link "Shop home"\n[2] link "Cart"\n[3] searchbox "Search products" value=""\n'
+                    '[5] link "Kitchen"'}
+    assert expert_action(task, home, ["click [1]"], strategy="search") == f'type [3] "{name}" enter'
+    assert expert_action(task, home, ["click [1]"], strategy="browse") == "goback"  # shop_price browses back
+    results = {"url": "http://h/shop/search?q=x", "title": f"Search: {name} | Shop",
+               "text": f'[1] link "Shop home"\n[3] searchbox "Search products"\n[5] link "{name}"'}
+    assert expert_action(task, results, ["click [1]", "type"], strategy="search") == "click [5]"
+    wrong = {"url": "http://h/shop/product/4", "title": "Other Thing | Shop", "text": '[1] link "Shop home"'}
+    assert expert_action(task, wrong, ["click [5]"], strategy="search") == "click [1]"
+    with pytest.raises(ValueError, match="strategy must be one of browse, search, got 'walk'"):
+        expert_action(task, listing, [], strategy="walk")
+
+
 def test_page_reads_escaped_names():
     page = Page.read({"url": "http://h:9/a?b=1", "title": "T", "text": '[12] button "Say \\"hi\\""\nplain'})
     assert page.path == "/a" and page.elements[0].mark == 12 and page.elements[0].name == 'Say "hi"'
@@ -97,6 +123,13 @@ def test_expert_solves_every_demo_episode_in_the_browser(demos):
     assert stats["episodes"] == 4 * 2 + 4
     assert stats["expert_success_clean"] == 1.0 and stats["expert_success_all"] == 1.0, stats["failed"]
     assert stats["rows_after_noise"] > 0
+    assert stats["search_episodes"] == 5  # drawn with share 0.35 from seed 3
+    by_strategy = {s: [r for r in rows if r["strategy"] == s] for s in ("browse", "search")}
+    assert sum(r["response"].startswith("type [") for r in by_strategy["search"]) >= stats["search_episodes"] - 1
+    assert not any(r["response"].startswith("type [") for r in by_strategy["browse"]
+                   if r["start"].startswith("/shop/category"))
+    firsts = [r for r in by_strategy["search"] if r["step"] == 0 and not r["after_noise"]]
+    assert firsts and all(r["response"] == "click [1]" for r in firsts)  # "Shop home" is mark 1
 
 
 @pytest.mark.parametrize("family", ["shop_stock", "wiki_fact", "wiki_hop"])
@@ -132,11 +165,13 @@ def test_demo_prompts_are_the_episode_rendering(demos, settings):
         assert row["prompt"].endswith(f"Steps left: {settings.max_steps['easy'] - row['step']}\nAction:")
         assert "(/shop/" in row["prompt"] and "http://" not in row["prompt"]
         assert parse_action(row["response"]).type in ("click", "answer", "goback", "scroll", "type")
-    clean = [r for r in rows if r["repeat"] == 0]
-    assert [r["step"] for r in clean] == [0, 1] * 4
-    for r in clean:
-        want = "click [" if r["step"] == 0 else f'answer "{by_id[r["task_id"]]["reference_answer"]}"'
-        assert r["response"].startswith(want)
+    for task_id, task in by_id.items():  # clean runs: browse (2 steps here) or search (4 steps)
+        clean = [r for r in rows if (r["task_id"], r["repeat"]) == (task_id, 0)]
+        want = (["click [1]", "type [3] ", "click [5]"] if clean[0]["strategy"] == "search" else ["click ["])
+        assert [r["step"] for r in clean] == list(range(len(want) + 1))
+        assert all(r["response"].startswith(w) for r, w in zip(clean, want))
+        assert clean[-1]["response"] == f'answer "{task["reference_answer"]}"'
+    assert {r["strategy"] for r in rows if r["repeat"] == 0} == {"browse", "search"}
     searched = [r for r in rows if "/shop/search?q=" in r["start"]]
     assert len(searched) == 8 and all('heading "Search results"' in r["prompt"] for r in searched[::2])
 
@@ -146,10 +181,11 @@ def test_demos_are_deterministic_and_round_trip_jsonl(demos, tmp_path, settings)
 
     rows, _ = demos
     again, _ = asyncio.run(collect_demos(_tasks(TRAIN, "shop_price", 4), repeats=2, noise=1.0, searches=1, seed=3,
-                                         settings=settings))
-    strip = [(r["task_id"], r["repeat"], r["step"], r["response"], r["prompt"].split("Page:")[0]) for r in rows]
-    assert strip == [(r["task_id"], r["repeat"], r["step"], r["response"], r["prompt"].split("Page:")[0])
-                     for r in again]
+                                         settings=settings, search_share=0.35))
+    strip = [(r["task_id"], r["repeat"], r["step"], r["strategy"], r["response"], r["prompt"].split("Page:")[0])
+             for r in rows]
+    assert strip == [(r["task_id"], r["repeat"], r["step"], r["strategy"], r["response"],
+                      r["prompt"].split("Page:")[0]) for r in again]
     path = write_jsonl(rows, tmp_path / "d" / "demos.jsonl")
     assert read_jsonl(path) == rows
     path.write_text(path.read_text() + "{oops\n")
@@ -170,8 +206,10 @@ def test_counterfactual_copies_follow_the_page(demos):
 
     clicks = [r for r in rows if product_click(r)]
     answers = [r for r in rows if r["response"].startswith("answer ")]
-    assert len(clicks) >= 8 and len(answers) >= 8
-    assert len(extra) == 3 * len(clicks) + 2 * len(answers)
+    leaves = [r for r in rows if r["strategy"] == "search" and r["response"] == "click [1]"  # to the shop home
+              and sum(e.name in products for e in Page.read(r["observation"]).elements) >= 2]
+    assert len(clicks) >= 4 and len(answers) >= 8 and len(leaves) >= 2
+    assert len(extra) == 3 * (len(clicks) + len(leaves)) + 2 * len(answers)
     train_names = {shop_catalog(0).product_by_name(r["prompt"].split("price of the ")[1].split("?")[0]).name
                    for r in rows}
     prices = set()
@@ -181,7 +219,9 @@ def test_counterfactual_copies_follow_the_page(demos):
         asked = task_line.split("price of the ")[1].rstrip("?")
         assert asked in train_names  # held-out products are never asked for
         assert new["observation"]["text"] in new["prompt"] and new["augmented"]
-        if new["response"].startswith("click"):
+        if new["strategy"] == "search" and new["response"].startswith("click"):
+            assert new["response"] == "click [1]" and page.link("Shop home").mark == 1  # the strategy's click stays
+        elif new["response"].startswith("click"):
             assert page.link(asked) is not None and new["response"] == f"click [{page.link(asked).mark}]"
         else:
             price = new["response"][len('answer "'):-1]
@@ -191,6 +231,56 @@ def test_counterfactual_copies_follow_the_page(demos):
                         (new["task_id"], new["repeat"], new["step"]))
         assert new["prompt"].splitlines()[-3:] == original["prompt"].splitlines()[-3:]
     assert len(prices) > len(answers)  # prices are redrawn, not copied from the catalog
+
+
+def test_typed_search_copies_ask_for_another_name_and_type_it(demos):
+    import re
+
+    from rlinf.engines.web.sites.catalog import shop_catalog
+    from toolkits.web_tasks.demos import augment_rows
+
+    rows, _ = demos
+    typed = [r for r in rows if r["response"].startswith("type [")]
+    extra = augment_rows(rows, clicks=0, answers=0, seed=5, types=3)
+    assert len(typed) >= 2 and len(extra) == 3 * len(typed)
+    train = {r["prompt"].split("price of the ")[1].split("?")[0] for r in rows}
+    held_out = {p.name for p in shop_catalog(0).products} - train
+    for new in extra:
+        asked = re.fullmatch(r'type \[3\] "(.+)" enter', new["response"]).group(1)
+        task_line = next(line for line in new["prompt"].splitlines() if line.startswith("Task: "))
+        assert task_line == f"Task: What is the price of the {asked}?" and asked == new["asked"]
+        assert asked not in held_out
+        original = next(r for r in typed if (r["task_id"], r["repeat"], r["step"]) ==
+                        (new["task_id"], new["repeat"], new["step"]))
+        kept = [line for line in original["prompt"].splitlines() if not line.startswith("Task: ")]
+        assert [line for line in new["prompt"].splitlines() if not line.startswith("Task: ")] == kept
+    assert len({n["asked"] for n in extra}) > len(train)  # names are made up, not only the train ones
+
+
+def test_category_demos_mix_guesses_with_looking_and_copies_swap_the_category():
+    _need_chromium()
+    from rlinf.engines.web.sites.catalog import shop_catalog
+    from toolkits.web_tasks.demos import augment_rows, collect_demos, guess_answers
+
+    tasks = _tasks(DEMO_TRAIN, "shop_category", 3)
+    rows, stats = asyncio.run(collect_demos(tasks, repeats=4, noise=0.0, guess_share=0.5, seed=1))
+    titles = sorted(shop_catalog(0).categories.values())
+    assert guess_answers(tasks[0]) == titles and len(titles) == 8
+    guesses = [r for r in rows if r["strategy"] == "guess"]
+    assert stats["guess_episodes"] == len(guesses) and 2 <= len(guesses) <= 10
+    assert all(r["step"] == 0 and r["response"] in {f'answer "{t}"' for t in titles} for r in guesses)
+    assert stats["expert_success_all"] == 1.0, stats["failed"]  # the guesses are left out of the expert's rate
+    looked = [r for r in rows if r["strategy"] == "browse"]
+    by_id = {t["task_id"]: t for t in tasks}
+    assert [r["response"] for r in looked if r["step"] == 0] == ["click [5]"] * (12 - len(guesses))
+    assert all(r["response"] == f'answer "{by_id[r["task_id"]]["reference_answer"]}"' for r in looked if r["step"] == 1)
+    extra = augment_rows(rows, clicks=0, answers=2, seed=0)
+    assert len(extra) == 2 * (12 - len(guesses))  # only answers on a listing are copied; guesses never
+    for new in extra:
+        title = new["response"][len('answer "'):-1]
+        assert f'heading "{title}"' in new["prompt"] and f"Page: {title} - page" in new["prompt"]
+        assert new["observation"]["title"].startswith(f"{title} - page")
+        assert title != by_id[new["task_id"]]["reference_answer"]
 
 
 # ----------------------------------------------------------------------------- tokenizer + model
@@ -280,16 +370,17 @@ def test_prepare_builds_once_and_then_returns_at_once(tmp_path):
     _need_chromium()
     from toolkits.web_tasks.prepare import Settings, prepare
 
-    lines = TRAIN.read_text().splitlines()[:3]
+    lines = DEMO_TRAIN.read_text().splitlines()[:3]
     (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
-    (tmp_path / "test.jsonl").write_text("\n".join(TEST.read_text().splitlines()[:2]) + "\n")
+    (tmp_path / "test.jsonl").write_text("\n".join(DEMO_TEST.read_text().splitlines()[:2]) + "\n")
     s = Settings(train_tasks=str(tmp_path / "train.jsonl"), test_tasks=str(tmp_path / "test.jsonl"), repeats=1,
-                 searches=0, size="tiny", vocab_size=400, max_positions=512, steps=2, batch_size=4)
+                 guess_share=0.0, size="tiny", vocab_size=400, max_positions=512, steps=2, batch_size=4)
     logs: list[str] = []
     stamp = prepare(tmp_path / "out", s, log=logs.append)
     assert (tmp_path / "out" / "warm" / "config.json").is_file() and (tmp_path / "out" / "demos.jsonl").is_file()
     r = stamp["results"]
     assert r["held_out"]["tasks"] == 2 and r["demo_rows"] == 6 and r["lengths"]["prompt_max"] < 512
+    assert r["held_out_sampled"]["tasks"] == 2 * 4 and r["augmented_rows"] == 3 * 3  # 3 answers x 3 copies
     started = time.perf_counter()
     assert prepare(tmp_path / "out", s, log=logs.append) == stamp
     assert time.perf_counter() - started < 2.0

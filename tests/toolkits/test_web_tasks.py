@@ -68,6 +68,9 @@ def _walk(client, task: dict) -> str:
     start = _page(client, task["start_url"])
     if family == "shop_price":
         return re.search(r"Price: (\$\d+\.\d\d)", _page(client, start.links[info["product"]]).plain).group(1)
+    if family == "shop_category":  # the product page, then "Back to category": the listing's heading
+        assert start.links.get(info["category"]) is None and f"<h1>{info['product']}</h1>" in start.html
+        return re.search(r"<h1>([^<]+)</h1>", _page(client, start.links["Back to category"]).html).group(1)
     if family == "shop_stock":
         found = _page(client, "/shop/search", q=info["product"])
         return re.search(r"In stock: (\d+)", _page(client, found.links[info["product"]]).plain).group(1)
@@ -90,7 +93,7 @@ def test_shipped_files_are_valid_and_mixed(shipped):
     assert 200 <= len(train) <= 260 and 50 <= len(test) <= 70
     for tasks in (train, test):
         families = Counter(t["family"] for t in tasks)
-        assert set(families) == set(mt.FAMILIES)
+        assert set(families) == set(mt.MAIN_FAMILIES)
         assert families["shop_price"] == max(families.values())
         assert {t["difficulty"] for t in tasks} == {"easy", "medium", "hard"}
     assert not {t["task_id"] for t in train} & {t["task_id"] for t in test}
@@ -120,6 +123,18 @@ def test_reference_answers_match_the_live_site(shipped, client):
     # every task of both files (a few hundred local requests, well under a second)
     for task in shipped["train"] + shipped["test"]:
         assert _walk(client, task) == task["reference_answer"], task["task_id"]
+
+
+def test_demo_family_files_hold_the_shop_price_products_and_answer_on_the_site(shipped, client):
+    demo = {split: load_tasks(DATA / f"{split}_{mt.DEMO_FAMILY}.jsonl") for split in ("train", "test")}
+    for split, tasks in demo.items():
+        assert {t["family"] for t in tasks} == {"shop_category"} and {t["difficulty"] for t in tasks} == {"easy"}
+        priced = {mt.describe_task(t)["product"] for t in shipped[split] if t["family"] == "shop_price"}
+        assert {mt.describe_task(t)["product"] for t in tasks} == priced  # same held-out products
+        for task in tasks:
+            assert _walk(client, task) == task["reference_answer"], task["task_id"]
+    assert len(demo["train"]) == 64 and len(demo["test"]) == 16
+    assert len({t["reference_answer"] for t in demo["test"]}) >= 6  # held-out answers span the categories
 
 
 def test_a_wrong_reference_is_caught(shipped, client):

@@ -8,18 +8,27 @@ Chromium, so every recorded prompt is exactly what a training episode renders (`
 :func:`~toolkits.web_tasks.expert.expert_action`. Repeat 0 is clean; in the other repeats each
 step, while at least ``3`` steps are left and no noise was taken yet, is with probability
 ``noise`` a random valid action instead (a click on a random mark, or a scroll), so the
-demonstrations also cover recovering from a wrong page. For the shop families, more clean
-episodes start on search pages that list the product among others (:func:`search_starts`), so
-the product's link is seen at many positions: the policy has to find it by its name rather than
-remember where it sits. Only the expert's steps are recorded.
+demonstrations also cover recovering from a wrong page. Each episode of a shop family follows
+one of the expert's two strategies (:data:`~toolkits.web_tasks.expert.STRATEGIES`): ``search``
+with probability ``search_share`` (leave the category page for the shop home and search for the
+name), else ``browse`` (find the link on the category's pages). Families whose answer is one of a
+few known values (``shop_category``: the 8 category titles) also get ``guess`` episodes, with
+probability ``guess_share``: the first action answers a value drawn uniformly at random, the way
+a weak agent answers without looking (1 in 8 is right by chance). The mix is what the warm
+policy starts from: RL can then move it towards the strategy that succeeds. For the shop
+families, more clean episodes start on search pages that list the product among others
+(:func:`search_starts`), so the product's link is seen at many positions: the policy has to
+find it by its name rather than remember where it sits. Only the expert's steps (and the
+guesses) are recorded.
 
 The choices are seeded from ``(seed, task_id, repeat)``, so the file is the same on every run.
-Rows (JSONL): ``task_id``, ``repeat``, ``step``, ``start`` (start URL), ``prompt`` (the user
-message), ``response`` (the action text), ``after_noise`` (a random action came earlier in the
-episode) and ``observation`` (the page the prompt shows).
+Rows (JSONL): ``task_id``, ``repeat``, ``step``, ``strategy``, ``start`` (start URL),
+``prompt`` (the user message), ``response`` (the action text), ``after_noise`` (a random action
+came earlier in the episode) and ``observation`` (the page the prompt shows).
 
 Example:
-    python -m toolkits.web_tasks.demos --out /tmp/web_demos.jsonl --family shop_price
+    python -m toolkits.web_tasks.demos --out /tmp/web_demos.jsonl --family shop_category \
+        --tasks examples/web_agent/data/train_shop_category.jsonl --noise 0 --guess-share 0.75
 """
 
 from __future__ import annotations
@@ -38,8 +47,24 @@ from rlinf.runners.web_agent.policy import Reply
 from toolkits.web_tasks.evaluate import TRAIN_TASKS, Web, open_web, run_tasks, select_tasks, tiny_settings
 from toolkits.web_tasks.expert import Page, expert_action
 
-#: a noisy step needs this many steps left (noise, recovery, click, answer)
-NOISE_MIN_STEPS_LEFT = 3
+#: a noisy step needs this many steps left (noise, recovery, click, answer); a searching
+#: episode needs the noise and its four steps (home, type, click, answer)
+NOISE_MIN_STEPS_LEFT = {"browse": 3, "search": 5, "guess": 1_000}
+
+
+def guess_answers(task: dict, site_seed: int = 0) -> list[str]:
+    """The values a ``guess`` episode of ``task``'s family draws from (empty: the family has no
+    closed answer set).
+
+    Example:
+        >>> guess_answers({"family": "shop_category"})[:3], guess_answers({"family": "shop_price"})
+        (['Bath', 'Electronics', 'Garden'], [])
+    """
+    if task.get("family") != "shop_category":
+        return []
+    from rlinf.engines.web.sites.catalog import shop_catalog
+
+    return sorted(shop_catalog(site_seed).categories.values())
 
 
 class _Recorder:
@@ -73,12 +98,14 @@ class ExpertPolicy:
         recorder: The episode's browser view (its last observation is the page the prompt shows).
         budget: The episode's step budget.
         rng: Random source of the noise; ``noise`` the per-step probability of a random action.
+        strategy: The expert's strategy (``browse`` or ``search``), or ``guess``: answer a value
+            of :func:`guess_answers` at the first step.
     """
 
     def __init__(self, task: dict, recorder: _Recorder, budget: int, rng: random.Random, noise: float,
-                 site_seed: int = 0):
+                 site_seed: int = 0, strategy: str = "browse"):
         self.task, self.recorder, self.budget, self.rng, self.noise = task, recorder, budget, rng, noise
-        self.site_seed = site_seed
+        self.site_seed, self.strategy = site_seed, strategy
         self.history: list[str] = []
         self.rows: list[dict] = []
         self.noisy = False
@@ -93,14 +120,20 @@ class ExpertPolicy:
     async def generate(self, prompt: str) -> Reply:
         observation = self.recorder.observation()
         index = len(self.history)
-        if (not self.noisy and self.noise > 0 and self.budget - index >= NOISE_MIN_STEPS_LEFT
+        if (not self.noisy and self.noise > 0 and self.budget - index >= NOISE_MIN_STEPS_LEFT[self.strategy]
                 and self.rng.random() < self.noise):
             self.noisy = True
             text = self.random_action(Page.read(observation))
-        else:
-            text = expert_action(self.task, observation, self.history, site_seed=self.site_seed)
+        elif self.strategy == "guess":
+            text = format_action({"type": "answer", "text": self.rng.choice(guess_answers(self.task, self.site_seed))})
             self.rows.append({"task_id": self.task["task_id"], "repeat": self.task.get("repeat", 0), "step": index,
-                              "prompt": prompt, "response": text, "after_noise": self.noisy,
+                              "strategy": self.strategy, "prompt": prompt, "response": text, "after_noise": False,
+                              "observation": observation})
+        else:
+            text = expert_action(self.task, observation, self.history, site_seed=self.site_seed,
+                                 strategy=self.strategy)
+            self.rows.append({"task_id": self.task["task_id"], "repeat": self.task.get("repeat", 0), "step": index,
+                              "strategy": self.strategy, "prompt": prompt, "response": text, "after_noise": self.noisy,
                               "observation": observation})
         self.history.append(format_action(parse_action(text, "set_of_marks")))
         return Reply(text=text)
@@ -134,13 +167,22 @@ def search_starts(task: dict, count: int, seed: int = 0, site_seed: int = 0) -> 
 
 async def collect_demos(tasks: list[dict], *, repeats: int = 4, noise: float = 0.5, searches: int = 0,
                         seed: int = 0, settings: EpisodeSettings | None = None, concurrency: int = 4,
-                        site_seed: int = 0) -> tuple[list[dict], dict]:
+                        site_seed: int = 0, search_share: float = 0.0,
+                        guess_share: float = 0.0) -> tuple[list[dict], dict]:
     """Run the expert on ``tasks`` ``repeats`` times from their start pages, and once from each
     of up to ``searches`` search pages that list the product (:func:`search_starts`, clean
-    episodes); returns ``(rows, stats)``.
+    episodes); returns ``(rows, stats)``. Each start-page episode uses the ``search`` strategy
+    with probability ``search_share``, ``guess`` with probability ``guess_share`` (families with
+    :func:`guess_answers` only), else ``browse`` (seeded per task and repeat).
 
-    ``stats``: episodes, expert success rate (clean repeats and all), rows, rows after noise.
+    ``stats``: episodes, expert success rate (clean repeats and all, guesses left out), rows,
+    rows after noise, episodes that searched and that guessed, guess success rate.
     """
+    for name, share in (("search_share", search_share), ("guess_share", guess_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {share}")
+    if search_share + guess_share > 1.0:
+        raise ValueError(f"search_share + guess_share must be at most 1, got {search_share + guess_share}")
     settings = settings or tiny_settings()
     policies: dict[tuple[str, int], ExpertPolicy] = {}
     runs = [dict(t, repeat=r) for t in tasks for r in range(repeats)]
@@ -149,22 +191,33 @@ async def collect_demos(tasks: list[dict], *, repeats: int = 4, noise: float = 0
     async with open_web(site_seed) as web:
         def episode_for(task: dict, repeat: int) -> tuple[_Recorder, ExpertPolicy]:
             rng = random.Random(f"{seed}:{task['task_id']}:{repeat}")
+            pick = random.Random(f"{seed}:strategy:{task['task_id']}:{repeat}").random()
+            strategy = "browse"
+            if repeat < repeats and guess_answers(task, site_seed) and pick < guess_share:
+                strategy = "guess"
+            elif repeat < repeats and guess_share <= pick < guess_share + search_share:
+                strategy = "search"
             recorder = _Recorder(web)
             policy = ExpertPolicy(task, recorder, settings.max_steps[task["difficulty"]], rng,
-                                  noise if 0 < repeat < repeats else 0.0, site_seed)
+                                  noise if 0 < repeat < repeats else 0.0, site_seed, strategy)
             policies[(task["task_id"], repeat)] = policy
             return recorder, policy
 
         trajectories = await run_tasks(web, runs, episode_for, settings, concurrency)
     rows = [dict(row, start=run["start_url"]) for run in runs
             for row in policies[(run["task_id"], run["repeat"])].rows]
-    clean = [t for t in trajectories if t["repeat"] == 0 or t["repeat"] >= repeats]
+    guessed = [t for t in trajectories if policies[(t["task"]["task_id"], t["repeat"])].strategy == "guess"]
+    expert = [t for t in trajectories if policies[(t["task"]["task_id"], t["repeat"])].strategy != "guess"]
+    clean = [t for t in expert if t["repeat"] == 0 or t["repeat"] >= repeats]
     stats = {"episodes": len(trajectories), "rows": len(rows),
              "rows_after_noise": sum(r["after_noise"] for r in rows),
+             "search_episodes": sum(p.strategy == "search" for p in policies.values()),
+             "guess_episodes": len(guessed),
+             "guess_success": sum(t["judge"]["success"] for t in guessed) / max(len(guessed), 1),
              "expert_success_clean": sum(t["judge"]["success"] for t in clean) / max(len(clean), 1),
-             "expert_success_all": sum(t["judge"]["success"] for t in trajectories) / max(len(trajectories), 1),
+             "expert_success_all": sum(t["judge"]["success"] for t in expert) / max(len(expert), 1),
              "failed": [(t["task"]["task_id"], t["repeat"], t["status"], t["answer"])
-                        for t in trajectories if not t["judge"]["success"]]}
+                        for t in expert if not t["judge"]["success"]]}
     return rows, stats
 
 
@@ -180,11 +233,14 @@ def _random_price(rng: random.Random) -> str:
 def _relist(row: dict, rng: random.Random, products: set[str], targets: set[str]) -> dict | None:
     """``row`` (a click on a product link) with the product links' names shuffled over the same
     marks and, half of the time, the task asking for another listed product of ``targets``; the
-    click follows the asked product. None when the page lists fewer than two products."""
+    click follows the asked product. A searching episode's click away from a listing (``Shop
+    home``) gets the shuffled names and keeps its click, so the copies keep the strategies'
+    shares. None when the page lists fewer than two products."""
     page = Page.read(row["observation"])
     slots = [e for e in page.elements if e.role == "link" and e.name in products]
     clicked = next((e.name for e in slots if f"click [{e.mark}]" == row["response"]), None)
-    if clicked is None or len(slots) < 2:
+    leaves = clicked is None and row.get("strategy") == "search"
+    if (clicked is None and not leaves) or len(slots) < 2:
         return None
     names = [e.name for e in slots]
     rng.shuffle(names)
@@ -197,6 +253,8 @@ def _relist(row: dict, rng: random.Random, products: set[str], targets: set[str]
         lines.append(line)
     others = sorted(n for n in names if n in targets and n != clicked)
     asked = rng.choice(others) if others and rng.random() < 0.5 else clicked
+    if leaves:
+        return _with_text(row, "\n".join(lines), row["response"])
     mark = next(m for m, name in renamed.items() if name == asked)
     new = _with_text(row, "\n".join(lines), f"click [{mark}]")
     if new is None or asked == clicked:
@@ -206,12 +264,80 @@ def _relist(row: dict, rng: random.Random, products: set[str], targets: set[str]
 
 
 def _reprice(row: dict, rng: random.Random) -> dict | None:
-    """``row`` (the answer on a product page) with another price on the page and in the answer."""
+    """``row`` (the answer on a product page) with another price on the page and in the answer;
+    None unless the row answers the one price its page shows."""
     text = row["observation"]["text"]
-    if len(_PRICE_LINE.findall(text)) != 1:
+    found = _PRICE_LINE.findall(text)
+    if len(found) != 1 or row["response"] != format_action({"type": "answer", "text": found[0][len("Price: "):]}):
         return None
     price = _random_price(rng)
     return _with_text(row, _PRICE_LINE.sub(f"Price: {price}", text), format_action({"type": "answer", "text": price}))
+
+
+_TYPED = re.compile(r'^type \[(\d+)\] "((?:[^"\\]|\\.)*)"( enter)?$')
+_SYLLABLES = ("ba", "ren", "to", "lis", "mor", "ka", "ve", "dun", "sel", "pi", "gra", "hol", "nu", "fe", "zar",
+              "qui", "lo", "tem", "wy", "cor", "ash", "bel", "rin", "os")
+
+
+def _pseudo_word(rng: random.Random) -> str:
+    """A made-up capitalised word of 2-3 syllables (``Renlis``)."""
+    return "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def _random_name(rng: random.Random, known: list[str], forbidden: set[str], made_up: bool = True) -> str:
+    """A product-like name that is not in ``forbidden``: an adjective of ``known``'s names with
+    another known name's noun, or with one or two made-up words; ``made_up=False``: one of
+    ``known`` (for a tokenizer that spells each product name as one token)."""
+    if not made_up:
+        return rng.choice(known)
+    for _ in range(100):
+        adjective = rng.choice(known).split()[0]
+        if rng.random() < 0.5:
+            noun = " ".join(rng.choice(known).split()[1:])
+        else:
+            noun = " ".join(_pseudo_word(rng) for _ in range(rng.randint(1, 2)))
+        name = f"{adjective} {noun}".strip()
+        if name not in forbidden:
+            return name
+    raise RuntimeError("no product-like name outside the forbidden set")
+
+
+def _rename(row: dict, rng: random.Random, known: list[str], forbidden: set[str], made_up: bool = True) -> dict | None:
+    """``row`` (a typed search for the task's product) with another name in the task line and in
+    the typed text; None when the name is not in the task line."""
+    match = _TYPED.match(row["response"])
+    lines = row["prompt"].split("\n")
+    task_at = next((i for i, line in enumerate(lines) if line.startswith("Task: ")), None)
+    if match is None or task_at is None or match.group(2) not in lines[task_at]:
+        return None
+    old, new = match.group(2), _random_name(rng, known, forbidden, made_up)
+    lines[task_at] = lines[task_at].replace(old, new)
+    response = format_action({"type": "type", "id": int(match.group(1)), "text": new, "submit": bool(match.group(3))})
+    return dict(row, prompt="\n".join(lines), response=response, asked=new, augmented=True)
+
+
+def _recategorise(row: dict, rng: random.Random, categories: dict[str, str]) -> dict | None:
+    """``row`` (the answer on a category listing) with another category's title in the page
+    line, the heading and the URL, and in the answer; the listed products stay. None when the
+    row is not such an answer."""
+    slug = row["observation"]["url"].split("/shop/category/")[-1].split("?")[0] if "/shop/category/" in (
+        row["observation"].get("url") or "") else None
+    title = categories.get(slug or "")
+    if title is None or row["response"] != format_action({"type": "answer", "text": title}):
+        return None
+    new_slug = rng.choice(sorted(s for s in categories if s != slug))
+    new_title = categories[new_slug]
+    swaps = ((f"{title} - page", f"{new_title} - page"), (f"/shop/category/{slug}", f"/shop/category/{new_slug}"),
+             (f'heading "{title}"', f'heading "{new_title}"'))
+
+    def swap(text: str) -> str:
+        for old, new in swaps:
+            text = text.replace(old, new)
+        return text
+
+    observation = {key: swap(value) if isinstance(value, str) else value for key, value in row["observation"].items()}
+    return dict(row, prompt=swap(row["prompt"]), observation=observation, augmented=True,
+                response=format_action({"type": "answer", "text": new_title}))
 
 
 def _with_text(row: dict, text: str, response: str) -> dict | None:
@@ -223,14 +349,20 @@ def _with_text(row: dict, text: str, response: str) -> dict | None:
 
 
 def augment_rows(rows: list[dict], clicks: int = 4, answers: int = 1, seed: int = 0,
-                 site_seed: int = 0) -> list[dict]:
+                 site_seed: int = 0, types: int = 0, made_up: bool = True) -> list[dict]:
     """Counterfactual copies of demonstration steps, so the policy learns to read the page rather
     than remember the catalog: ``clicks`` copies of each click on a product listing, with the
     product links shuffled over the same marks and half of the time the task asking for another
     listed product (the click follows the asked product), and ``answers`` copies of each answer
-    on a product page, with a random price on the page and in the answer. Everything else in
-    the prompt stays as the browser rendered it. Only products the expert clicked in ``rows``
-    (the train products) are ever asked for, so held-out products stay held out.
+    on a product page, with a random price on the page and in the answer (an answer on a
+    category listing: another category's title on the page and in the answer), and ``types`` copies
+    of each typed search with another name in the task line and the typed text (an adjective of
+    a train product with another train product's noun or with made-up words; ``made_up=False``:
+    another train product's name), so the policy
+    learns to copy the name rather than remember it. Everything else in the prompt stays as the
+    browser rendered it. Only products the expert clicked or typed in ``rows`` (the train
+    products) are ever asked for, and no copy names another product, so held-out products stay
+    held out.
 
     Example:
         >>> row = {"task_id": "t", "repeat": 0, "step": 1, "response": 'answer "$5.00"',
@@ -243,15 +375,24 @@ def augment_rows(rows: list[dict], clicks: int = 4, answers: int = 1, seed: int 
     from rlinf.engines.web.sites.catalog import shop_catalog
 
     products = {p.name for p in shop_catalog(site_seed).products}
+    categories = shop_catalog(site_seed).categories
     targets = {e.name for row in rows for e in Page.read(row["observation"]).elements
                if e.name in products and row["response"] == f"click [{e.mark}]"}
+    typed = {m.group(2) for row in rows if (m := _TYPED.match(row["response"])) and m.group(2) in products}
+    known = sorted(targets | typed)
+    forbidden = products - set(known)
     out = []
     for i, row in enumerate(rows):
         rng = random.Random(f"{seed}:augment:{i}")
         is_click = re.fullmatch(r"click \[\d+\]", row["response"]) is not None
         is_answer = row["response"].startswith("answer ")
-        for _ in range(clicks if is_click else answers if is_answer else 0):
-            new = _relist(row, rng, products, targets) if is_click else _reprice(row, rng)
+        is_type = _TYPED.match(row["response"]) is not None and bool(known)
+        for _ in range(clicks if is_click else answers if is_answer else types if is_type else 0):
+            if is_type:
+                new = _rename(row, rng, known, forbidden, made_up)
+            else:
+                new = (_relist(row, rng, products, targets) if is_click
+                       else _recategorise(row, rng, categories) or _reprice(row, rng))
             if new is not None:
                 out.append(new)
     return out
@@ -289,11 +430,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=4)
     p.add_argument("--noise", type=float, default=0.5)
     p.add_argument("--searches", type=int, default=0)
+    p.add_argument("--search-share", type=float, default=0.0)
+    p.add_argument("--guess-share", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     started = time.perf_counter()
     rows, stats = asyncio.run(collect_demos(select_tasks(a.tasks, a.family), repeats=a.repeats, noise=a.noise,
-                                            searches=a.searches, seed=a.seed))
+                                            searches=a.searches, seed=a.seed, search_share=a.search_share,
+                                            guess_share=a.guess_share))
     write_jsonl(rows, a.out)
     print(json.dumps({**stats, "seconds": round(time.perf_counter() - started, 1)}))
 

@@ -12,8 +12,10 @@ Success is the rule evaluator's verdict (:func:`rlinf.engines.web.judges.match_a
 demo's reward); ``exact`` also counts answers equal to the reference after normalising
 whitespace and case only.
 
-Example:
-    python -m toolkits.web_tasks.evaluate --model results/web_policy/warm --family shop_price
+Example (the demo's held-out tasks, 4 sampled episodes each; prints the first replies' counts)::
+
+    python -m toolkits.web_tasks.evaluate --model results/tiny_web/warm --family shop_category \
+        --tasks examples/web_agent/data/test_shop_category.jsonl --temperature 1 --repeats 4
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections import Counter
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,9 +38,10 @@ from rlinf.runners.web_agent.policy import BatchingPolicy, Reply, chat_ids
 
 #: the config of the tiny CPU demo, whose episode settings the demonstrations and checks use
 TINY_CONFIG = "web_agent_tiny_cpu"
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "examples" / "web_agent" / "config"
-TEST_TASKS = Path("examples/web_agent/data/test.jsonl")
-TRAIN_TASKS = Path("examples/web_agent/data/train.jsonl")
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "examples" / "web_agent" / "config"
+TEST_TASKS = ROOT / "examples" / "web_agent" / "data" / "test.jsonl"
+TRAIN_TASKS = ROOT / "examples" / "web_agent" / "data" / "train.jsonl"
 
 
 def tiny_settings(split: str = "train", config_name: str = TINY_CONFIG, **overrides) -> EpisodeSettings:
@@ -273,17 +277,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", default=str(TEST_TASKS))
     p.add_argument("--family", default="shop_price", help="task family ('all' for every family)")
     p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1, help="episodes per task (sampled replies differ)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--show", type=int, default=3, help="print this many trajectories")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    tasks = select_tasks(a.tasks, None if a.family == "all" else a.family, a.limit)
+    tasks = [dict(t, repeat=r) for t in select_tasks(a.tasks, None if a.family == "all" else a.family, a.limit)
+             for r in range(a.repeats)]
     res = asyncio.run(evaluate_model(a.model, tasks, temperature=a.temperature, seed=a.seed))
     for traj in res["trajectories"][: a.show]:
         acts = " | ".join(str(s.get("response")) for s in traj["steps"])
         print(f"  {traj['task']['task_id']}: {acts} -> {traj['answer']!r} (ref {traj['task']['reference_answer']!r})")
+    firsts = Counter(str(t["steps"][0].get("response")) if t["steps"] else "-" for t in res["trajectories"])
+    print("first replies:", ", ".join(f"{text!r} x{n}" for text, n in firsts.most_common(6)))
     print(json.dumps({k: v for k, v in res.items() if k != "trajectories"}))
 
 

@@ -12,7 +12,13 @@ Families:
   page that lists the product click its link; on another page of the product's category,
   ``Next page`` / ``Previous page``; where there is a search box (shop home, search results),
   search for the name (``shop_price`` goes back instead once it has left its start page);
-  anywhere else ``Shop home`` (``shop_price``: ``goback``).
+  anywhere else ``Shop home`` (``shop_price``: ``goback``). That is the ``browse`` strategy;
+  with ``strategy="search"`` the expert leaves every category page by ``Shop home`` and
+  searches for the name there (``click [1]``, ``type [3] "<name>" enter``, click the one result,
+  answer): four steps whatever the page lists, which a policy that copies the name from the
+  task can follow on products it never saw.
+* ``shop_category``: on the product's page click ``Back to category``; on that category's
+  listing answer its title; anywhere else find the product as ``shop_stock`` does.
 * ``wiki_fact``: the same with the city article (search box on the wiki pages, ``Wiki index``).
 * ``wiki_hop``: person article -> click the birthplace link -> answer on the city page.
 
@@ -44,7 +50,9 @@ from rlinf.engines.web.actions import format_action
 
 _ELEMENT = re.compile(r'^\s*\[(\d+)\]\s+([\w-]+)\s*"((?:[^"\\]|\\.)*)"')
 _SEARCH_ROLES = ("searchbox", "textbox", "combobox")
-FAMILIES = ("shop_price", "shop_stock", "wiki_fact", "wiki_hop")
+FAMILIES = ("shop_price", "shop_stock", "shop_category", "wiki_fact", "wiki_hop")
+#: how the shop families find a product: walk the category's pages, or search from the shop home
+STRATEGIES = ("browse", "search")
 
 
 @dataclass(frozen=True)
@@ -168,16 +176,30 @@ def _find_article(page: Page, name: str, history: list[str], answer: str, on_tar
     return f"click [{page.link(home).mark}]"
 
 
-def _shop(task: dict, page: Page, history: list[str], site_seed: int) -> str:
+def _shop(task: dict, page: Page, history: list[str], site_seed: int, strategy: str) -> str:
     from toolkits.web_tasks.make_tasks import describe_task
 
     info = describe_task(task, site_seed)
     name = info["product"]
     on_target = page.path.startswith("/shop/product/") and page.shows_title(name)
+    if strategy == "search" and page.path.startswith("/shop/category/") and page.link("Shop home") is not None:
+        return f"click [{page.link('Shop home').mark}]"
     right_listing = page.path.startswith("/shop/category/") and page.shows_title(info["category"])
     return _find_article(page, name, history, _answer(task["reference_answer"]), on_target,
-                         right_listing=right_listing, back_first=task.get("family") == "shop_price",
-                         home="Shop home")
+                         right_listing=right_listing,
+                         back_first=task.get("family") == "shop_price" and strategy == "browse", home="Shop home")
+
+
+def _shop_category(task: dict, page: Page, history: list[str], site_seed: int) -> str:
+    from toolkits.web_tasks.make_tasks import describe_task
+
+    info = describe_task(task, site_seed)
+    if page.path.startswith("/shop/category/") and page.shows_title(info["category"]):
+        return _answer(info["category"])
+    back = page.link("Back to category")
+    if page.path.startswith("/shop/product/") and page.shows_title(info["product"]) and back is not None:
+        return f"click [{back.mark}]"
+    return _find_article(page, info["product"], history, "", False, home="Shop home")
 
 
 def _wiki_fact(task: dict, page: Page, history: list[str], site_seed: int) -> str:
@@ -198,7 +220,8 @@ def _wiki_hop(task: dict, page: Page, history: list[str], site_seed: int) -> str
     return _find_article(page, info["person"], history, "", False, home="Wiki index")
 
 
-def expert_action(task: dict, observation: dict, history: list[str], *, site_seed: int = 0) -> str:
+def expert_action(task: dict, observation: dict, history: list[str], *, site_seed: int = 0,
+                  strategy: str = "browse") -> str:
     """The expert's next action string for ``task`` on the page ``observation``.
 
     Args:
@@ -206,14 +229,20 @@ def expert_action(task: dict, observation: dict, history: list[str], *, site_see
         observation: ``{"url", "title", "text"}`` in set_of_marks mode.
         history: Action strings taken so far in the episode (oldest first).
         site_seed: Seed of the shipped sites (``wiki_hop`` looks up the birthplace).
+        strategy: ``browse`` or ``search`` (:data:`STRATEGIES`; shop families only).
 
     Raises:
-        ValueError: a family without a script, or an instruction the expert cannot read.
+        ValueError: a family without a script, an instruction the expert cannot read, or an
+            unknown strategy.
     """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"expert: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     family = task.get("family")
     page = Page.read(observation)
     if family in ("shop_price", "shop_stock"):
-        return _shop(task, page, history, site_seed)
+        return _shop(task, page, history, site_seed, strategy)
+    if family == "shop_category":
+        return _shop_category(task, page, history, site_seed)
     if family == "wiki_fact":
         return _wiki_fact(task, page, history, site_seed)
     if family == "wiki_hop":

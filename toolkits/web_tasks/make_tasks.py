@@ -13,6 +13,14 @@ the same seed; reference answers are computed from the catalogs. Families:
 * ``form_code`` (hard): start at ``/forms/``; sign up with given name, city and plan and answer the
   confirmation code.
 
+The CPU learning demo's family has files of its own (``train_shop_category.jsonl``,
+``test_shop_category.jsonl``; the main files keep the five families above):
+
+* ``shop_category`` (easy): start on the product's page, which does not name its category in a
+  heading; "In which category is the Blue Kettle?" -> ``Kitchen``. An expert clicks ``Back to
+  category`` and answers the category page's heading (the product's description mentions the
+  category in lower case, which a reader could also use).
+
 Train and test use disjoint products, cities, people and sign-up names, so the test split is
 held out; test people are born in test cities. The output depends only on the seed: the same seed
 gives byte-identical files.
@@ -37,15 +45,19 @@ PRICE_TEMPLATE = "What is the price of the {name}?"
 STOCK_TEMPLATE = "How many units of the {name} are in stock?"
 FOUNDED_TEMPLATE = "In which year was {city} founded?"
 COUNTRY_TEMPLATE = "In which country was {person} born?"
+CATEGORY_TEMPLATE = "In which category is the {name}?"
 FORM_TEMPLATE = "Sign up with the name {name}, the city {city} and the {plan} plan, then give the confirmation code."
 FORM_FIRST = ("Alma", "Birk", "Cora", "Dag", "Edda", "Falk", "Gry", "Haldor", "Iben", "Jarl", "Kari", "Leif")
 FORM_LAST = ("Aune", "Berge", "Dalen", "Fjeld", "Haug", "Lunde", "Moen", "Skog")
 DIFFICULTY = {"shop_price": "easy", "shop_stock": "medium", "wiki_fact": "medium", "wiki_hop": "hard",
-              "form_code": "hard"}
-DOMAIN = {"shop_price": "shop", "shop_stock": "shop", "wiki_fact": "wiki", "wiki_hop": "wiki", "form_code": "forms"}
+              "form_code": "hard", "shop_category": "easy"}
+DOMAIN = {"shop_price": "shop", "shop_stock": "shop", "wiki_fact": "wiki", "wiki_hop": "wiki", "form_code": "forms",
+          "shop_category": "shop"}
 ANSWER_TYPE = {"shop_price": "exact", "shop_stock": "number", "wiki_fact": "number", "wiki_hop": "exact",
-               "form_code": "exact"}
+               "form_code": "exact", "shop_category": "exact"}
 FAMILIES = tuple(DIFFICULTY)
+#: the families of ``train.jsonl`` / ``test.jsonl``
+MAIN_FAMILIES = FAMILIES[:5]
 
 
 @dataclass(frozen=True)
@@ -150,6 +162,22 @@ def build_tasks(seed: int = 0, spec: SplitSpec = SplitSpec()) -> dict[str, list[
     return out
 
 
+def build_demo_tasks(seed: int = 0, spec: SplitSpec = SplitSpec()) -> dict[str, list[dict]]:
+    """The learning demo's family (``shop_category``) for both splits, on the same product split
+    as :func:`build_tasks`: ``{"train": [...], "test": [...]}``.
+
+    Example:
+        >>> demo = build_demo_tasks(0)
+        >>> len(demo["train"]), len(demo["test"]), demo["test"][0]["start_url"].startswith("/shop/product/")
+        (64, 16, True)
+    """
+    shop = shop_catalog(seed)
+    return {split: [_task(DEMO_FAMILY, i, split, CATEGORY_TEMPLATE.format(name=p.name), f"/shop/product/{p.id}",
+                          shop.categories[p.category])
+                    for i, p in enumerate(parts["products"])]
+            for split, parts in split_entities(seed, spec).items()}
+
+
 def _pattern(template: str) -> re.Pattern[str]:
     """A regex matching ``template`` with each ``{field}`` as a named group."""
     parts = re.split(r"\{(\w+)\}", template)
@@ -173,19 +201,19 @@ def describe_task(task: dict, seed: int = 0) -> dict[str, str]:
     family = task.get("family")
     shop, wiki = shop_catalog(seed), wiki_catalog(seed)
     templates = {"shop_price": (PRICE_TEMPLATE,), "shop_stock": (STOCK_TEMPLATE,), "wiki_fact": (FOUNDED_TEMPLATE,),
-                 "wiki_hop": (COUNTRY_TEMPLATE,), "form_code": (FORM_TEMPLATE,)}
+                 "wiki_hop": (COUNTRY_TEMPLATE,), "form_code": (FORM_TEMPLATE,), "shop_category": (CATEGORY_TEMPLATE,)}
     if family not in templates:
         raise ValueError(f"task {task.get('task_id')!r}: family must be one of {', '.join(FAMILIES)}, got {family!r}")
     match = next((m for t in templates[family] if (m := _pattern(t).match(task["instruction"]))), None)
     if match is None:
         raise ValueError(f"task {task['task_id']!r}: instruction does not follow the {family} template")
     got = match.groupdict()
-    if family in ("shop_price", "shop_stock"):
+    if family in ("shop_price", "shop_stock", "shop_category"):
         p = shop.product_by_name(got["name"])
         if p is None:
             raise ValueError(f"task {task['task_id']!r}: no product named {got['name']!r} for seed {seed}")
         info = {"product": p.name, "category": shop.categories[p.category], "price": p.price, "stock": str(p.stock)}
-        answer = p.price if family == "shop_price" else str(p.stock)
+        answer = {"shop_price": p.price, "shop_stock": str(p.stock), "shop_category": info["category"]}[family]
     elif family == "wiki_fact":
         c = wiki.by_title(got["city"])
         if c is None:
@@ -204,19 +232,23 @@ def describe_task(task: dict, seed: int = 0) -> dict[str, str]:
     return {"family": family, "answer": answer, **info}
 
 
-#: the family of the CPU learning demo; its held-out tasks get a file of their own
-DEMO_FAMILY = "shop_price"
+#: the family of the CPU learning demo (files ``train_<family>.jsonl`` / ``test_<family>.jsonl``)
+DEMO_FAMILY = "shop_category"
+#: held-out tasks of this family also get a file of their own (a small easy test set)
+EASY_TEST_FAMILY = "shop_price"
 
 
 def write_tasks(out_dir: str | Path, seed: int = 0, spec: SplitSpec = SplitSpec()) -> list[Path]:
-    """Writes ``train.jsonl`` and ``test.jsonl`` under ``out_dir`` (created if missing), and
-    ``test_shop_price.jsonl`` (the demo family's held-out tasks, what the tiny CPU config
-    evaluates on); returns the paths.
+    """Writes ``train.jsonl`` and ``test.jsonl`` under ``out_dir`` (created if missing),
+    ``test_shop_price.jsonl`` (that family's held-out tasks) and the learning demo's
+    ``train_shop_category.jsonl`` / ``test_shop_category.jsonl`` (what the tiny CPU config trains
+    and evaluates on); returns the paths.
 
     Example:
         >>> import tempfile
-        >>> [p.name for p in write_tasks(tempfile.mkdtemp(), seed=0)]
-        ['train.jsonl', 'test.jsonl', 'test_shop_price.jsonl']
+        >>> [p.name for p in write_tasks(tempfile.mkdtemp(), seed=0)]  # doctest: +NORMALIZE_WHITESPACE
+        ['train.jsonl', 'test.jsonl', 'test_shop_price.jsonl', 'train_shop_category.jsonl',
+         'test_shop_category.jsonl']
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -224,7 +256,9 @@ def write_tasks(out_dir: str | Path, seed: int = 0, spec: SplitSpec = SplitSpec(
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     splits = build_tasks(seed, spec)
-    splits[f"test_{DEMO_FAMILY}"] = [t for t in splits["test"] if t["family"] == DEMO_FAMILY]
+    splits[f"test_{EASY_TEST_FAMILY}"] = [t for t in splits["test"] if t["family"] == EASY_TEST_FAMILY]
+    demo = build_demo_tasks(seed, spec)
+    splits[f"train_{DEMO_FAMILY}"], splits[f"test_{DEMO_FAMILY}"] = demo["train"], demo["test"]
     for split, tasks in splits.items():
         path = out / f"{split}.jsonl"
         path.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in tasks), encoding="utf-8")
@@ -241,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         wrote .../train.jsonl (227 tasks)
         wrote .../test.jsonl (57 tasks)
         wrote .../test_shop_price.jsonl (16 tasks)
+        wrote .../train_shop_category.jsonl (64 tasks)
+        wrote .../test_shop_category.jsonl (16 tasks)
         0
     """
     parser = argparse.ArgumentParser(prog="python -m toolkits.web_tasks.make_tasks",

@@ -15,8 +15,8 @@ on held-out tasks, so that GRPO groups mix successes and failures. Deterministic
 seed, data and thread count.
 
 Example:
-    python -m toolkits.web_tasks.warm_start --model results/web_policy/base \\
-        --data results/web_policy/demos.jsonl --out results/web_policy/warm --steps 150
+    python -m toolkits.web_tasks.warm_start --model results/tiny_web/base \\
+        --data results/tiny_web/demos.jsonl --out results/tiny_web/warm --steps 150
 """
 
 from __future__ import annotations
