@@ -124,14 +124,12 @@ class ExpertPolicy:
                 and self.rng.random() < self.noise):
             self.noisy = True
             text = self.random_action(Page.read(observation))
-        elif self.strategy == "guess":
-            text = format_action({"type": "answer", "text": self.rng.choice(guess_answers(self.task, self.site_seed))})
-            self.rows.append({"task_id": self.task["task_id"], "repeat": self.task.get("repeat", 0), "step": index,
-                              "strategy": self.strategy, "prompt": prompt, "response": text, "after_noise": False,
-                              "observation": observation})
         else:
-            text = expert_action(self.task, observation, self.history, site_seed=self.site_seed,
-                                 strategy=self.strategy)
+            if self.strategy == "guess":  # never noisy: the budget rule keeps guesses clean
+                text = format_action({"type": "answer", "text": self.rng.choice(guess_answers(self.task, self.site_seed))})
+            else:
+                text = expert_action(self.task, observation, self.history, site_seed=self.site_seed,
+                                     strategy=self.strategy)
             self.rows.append({"task_id": self.task["task_id"], "repeat": self.task.get("repeat", 0), "step": index,
                               "strategy": self.strategy, "prompt": prompt, "response": text, "after_noise": self.noisy,
                               "observation": observation})
@@ -320,9 +318,9 @@ def _recategorise(row: dict, rng: random.Random, categories: dict[str, str]) -> 
     """``row`` (the answer on a category listing) with another category's title in the page
     line, the heading and the URL, and in the answer; the listed products stay. None when the
     row is not such an answer."""
-    slug = row["observation"]["url"].split("/shop/category/")[-1].split("?")[0] if "/shop/category/" in (
-        row["observation"].get("url") or "") else None
-    title = categories.get(slug or "")
+    url = row["observation"].get("url") or ""
+    slug = url.split("/shop/category/", 1)[1].split("?")[0] if "/shop/category/" in url else ""
+    title = categories.get(slug)
     if title is None or row["response"] != format_action({"type": "answer", "text": title}):
         return None
     new_slug = rng.choice(sorted(s for s in categories if s != slug))
