@@ -1,9 +1,14 @@
 """Every benchmark script still runs (``--quick``) and prints its table; numbers are not asserted.
 
 The scripts are independent processes, each with its own fresh Ray, and one run alone keeps about
-one of the two cores busy (Ray's start-up, imports, single-process phases), so the module starts
-every selected script when its first test asks and runs them two at a time (four were no faster
+one of the two cores busy (Ray's start-up, imports, single-process phases), so the module queues
+every selected script when its first test asks and keeps two of them running (four were no faster
 than two here); each test then waits for its own script only.
+
+Every process is spawned from the main thread and writes to files, not pipes: spawning from a
+thread pool (an earlier version) failed once in CI with ``OSError: [Errno 14] Bad address`` from
+``fork_exec`` (CPython spawns with ``vfork``, whose child shares the parent's memory while other
+threads run), and a process nobody reads cannot block on a full pipe.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import functools
 import importlib.util
 import subprocess
 import sys
-from concurrent.futures import Future, ThreadPoolExecutor
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +28,7 @@ SCRIPTS = ["bench_channel.py", "bench_latency.py", "bench_group_call.py", "bench
            "bench_env_pipeline.py", "bench_placement.py", "bench_weight_sync.py"]
 PUSHCUBE = "bench_pushcube_vs_single_file.py"
 CONCURRENT_SCRIPTS = 2  # 2 cores: more would only stretch each script's own timings
+SCRIPT_TIMEOUT_S = 240
 # the longest (~1 min) first, then in test order: no test waits long for scripts queued before its own
 START_ORDER = [PUSHCUBE, *SCRIPTS]
 
@@ -35,6 +42,61 @@ def bench_command(script: str) -> list[str]:
     if script == "bench_weight_sync.py":
         args += ["--receivers", "hf", "--placements", "collocated"]  # vLLM's start alone takes ~30 s
     return args
+
+
+class BenchQueue:
+    """Runs queued scripts ``concurrent`` at a time; all spawning and reaping on the caller's thread.
+
+    Scripts advance only while a caller waits in :meth:`result`, which is where this module's tests
+    spend their time.
+    """
+
+    def __init__(self, scripts: list[str], concurrent: int):
+        self.pending = list(scripts)
+        self.concurrent = concurrent
+        self.running: dict[str, tuple[subprocess.Popen, object, object, float]] = {}
+        self.done: dict[str, subprocess.CompletedProcess] = {}
+
+    def result(self, script: str) -> subprocess.CompletedProcess:
+        if script not in self.done and script not in self.running and script not in self.pending:
+            self.pending.insert(0, script)  # selected by a route _selected_scripts does not know
+        while script not in self.done:
+            self._reap()
+            self.start()
+            if script not in self.done:
+                time.sleep(0.2)
+        return self.done[script]
+
+    def close(self) -> None:
+        for proc, out, err, _ in self.running.values():
+            proc.kill()
+            proc.wait()
+            out.close()
+            err.close()
+        self.running.clear()
+
+    def start(self) -> None:
+        while self.pending and len(self.running) < self.concurrent:
+            script = self.pending.pop(0)
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            proc = subprocess.Popen(bench_command(script), cwd=ROOT, stdout=out, stderr=err, text=True)
+            self.running[script] = (proc, out, err, time.monotonic())
+
+    def _reap(self) -> None:
+        for script, (proc, out, err, started) in list(self.running.items()):
+            timed_out = proc.poll() is None and time.monotonic() - started > SCRIPT_TIMEOUT_S
+            if timed_out:
+                proc.kill()
+                proc.wait()
+            if proc.returncode is None:
+                continue
+            out.seek(0)
+            err.seek(0)
+            stderr = err.read() + (f"\n[{script} killed after {SCRIPT_TIMEOUT_S} s]" if timed_out else "")
+            self.done[script] = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), stderr)
+            out.close()
+            err.close()
+            del self.running[script]
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,30 +126,20 @@ def _selected_scripts(session: pytest.Session) -> set[str]:
 
 @pytest.fixture(scope="module")
 def bench_runs(request):
-    """``script -> Future[CompletedProcess]``: every selected script, started at once, two at a time."""
+    """A :class:`BenchQueue` holding every selected script, two running at a time."""
     chosen = _selected_scripts(request.session)
     if PUSHCUBE in chosen and _pushcube_problem():
         chosen.discard(PUSHCUBE)  # its test skips with the reason
-    pool = ThreadPoolExecutor(max_workers=CONCURRENT_SCRIPTS, thread_name_prefix="bench-smoke")
-    runs: dict[str, Future] = {}
-    for script in START_ORDER:
-        if script in chosen:
-            runs[script] = pool.submit(subprocess.run, bench_command(script), cwd=ROOT, capture_output=True,
-                                       text=True, timeout=240)
-    yield runs
-    pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _result(runs: dict[str, Future], script: str) -> subprocess.CompletedProcess:
-    if script not in runs:  # selected by a route _selected_scripts does not know: run it now
-        return subprocess.run(bench_command(script), cwd=ROOT, capture_output=True, text=True, timeout=240)
-    return runs[script].result(timeout=600)  # each run has its own 240 s limit; queued ones wait
+    queue = BenchQueue([script for script in START_ORDER if script in chosen], CONCURRENT_SCRIPTS)
+    queue.start()
+    yield queue
+    queue.close()
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_bench_quick_mode_prints_a_table(bench_runs, script):
-    out = _result(bench_runs, script)
+    out = bench_runs.result(script)
     assert out.returncode == 0, out.stderr[-3000:]
     table_rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert len(table_rows) >= 3, out.stdout
@@ -99,7 +151,7 @@ def test_pushcube_side_by_side_quick_prints_both_rows(bench_runs):
     problem = _pushcube_problem()
     if problem:
         pytest.skip(problem)
-    out = _result(bench_runs, PUSHCUBE)
+    out = bench_runs.result(PUSHCUBE)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert any(r.startswith("| single-file PPO |") for r in rows), out.stdout
