@@ -30,13 +30,20 @@ Example (needs Chromium and a site on port 8000)::
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from rlinf.engines.web.actions import MODES, Action
+from rlinf.engines.web.browser_errors import (  # noqa: F401 - the errors are part of this module's API
+    BrowserStartError,
+    InstanceLost,
+    OperationTimeout,
+    UnknownInstance,
+    find_chromium,
+    first_line,
+)
 from rlinf.engines.web.observe import SAME_TAB_JS, read_page, take_screenshot
 from rlinf.engines.web.perform import perform_action
 
@@ -48,58 +55,11 @@ except ImportError:  # pragma: no cover - exercised only without playwright
     PlaywrightError = PlaywrightTimeout = RuntimeError  # type: ignore[misc,assignment]
     async_playwright = None  # type: ignore[assignment]
 
-#: binaries tried in order when no ``executable_path`` is given (scripts/setup_system_browser.sh)
-CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/lib/chromium/chromium")
 DEFAULT_TIMEOUT_S = 30.0
 #: how long after a click / submit a navigation may take to start and still be waited for
 SETTLE_WINDOW_S = 0.25
 #: bounds of the steps of a reset and of closing things
 STEP_TIMEOUT_S = 2.0
-
-
-class InstanceLost(RuntimeError):
-    """The instance is gone (its browser died, its page crashed, or it was recycled)."""
-
-    def __init__(self, iid: str, reason: str) -> None:
-        super().__init__(f"instance {iid} lost: {reason}")
-        self.iid, self.reason = iid, reason
-
-
-class UnknownInstance(KeyError):
-    """No instance has this id (never allocated, or already released)."""
-
-    def __str__(self) -> str:
-        return f"unknown instance id {self.args[0]!r}"
-
-
-class OperationTimeout(TimeoutError):
-    """An operation overran its ``timeout_s``; the instance is being reset."""
-
-    def __init__(self, op: str, iid: str, timeout_s: float) -> None:
-        super().__init__(f"{op} on instance {iid} exceeded {timeout_s:g}s; the instance is being reset")
-        self.op, self.iid, self.timeout_s = op, iid, timeout_s
-
-
-class BrowserStartError(RuntimeError):
-    """Chromium could not be found or launched."""
-
-
-def find_chromium(executable_path: str | None = None) -> str:
-    """The Chromium binary to launch: ``executable_path`` if given, else the first of
-    :data:`CHROMIUM_CANDIDATES` that exists.
-
-    >>> find_chromium("/bin/sh")
-    '/bin/sh'
-    """
-    if executable_path:
-        if not os.path.isfile(executable_path):
-            raise BrowserStartError(f"executable_path: no file at {executable_path}")
-        return executable_path
-    for candidate in CHROMIUM_CANDIDATES:
-        if os.path.isfile(candidate):
-            return candidate
-    raise BrowserStartError("no Chromium found at " + " or ".join(CHROMIUM_CANDIDATES)
-                            + "; run scripts/setup_system_browser.sh or pass executable_path")
 
 
 def split_bound(timeout_s: float) -> float:
@@ -110,12 +70,6 @@ def split_bound(timeout_s: float) -> float:
     (26.0, 2.0)
     """
     return timeout_s - min(2 * STEP_TIMEOUT_S, timeout_s / 3)
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's text (Playwright appends call logs)."""
-    text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
 
 
 async def _quietly(awaitable: Awaitable[Any], limit_s: float) -> None:

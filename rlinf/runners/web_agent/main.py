@@ -16,9 +16,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from rlinf.engines.web.browser_errors import CHROMIUM_CANDIDATES
 from rlinf.utils.typed_config import ConfigError
-
-CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/lib/chromium/chromium")
 
 
 @dataclass

@@ -1,0 +1,64 @@
+"""The errors of :mod:`rlinf.engines.web.browser` and where its Chromium comes from (importable
+without Playwright: the HTTP client maps server replies back onto these errors).
+
+>>> str(InstanceLost("i1", "the browser process exited"))
+'instance i1 lost: the browser process exited'
+"""
+
+from __future__ import annotations
+
+import os
+
+#: binaries tried in order when no ``executable_path`` is given (scripts/setup_system_browser.sh)
+CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/lib/chromium/chromium")
+
+
+class InstanceLost(RuntimeError):
+    """The instance is gone (its browser died, its page crashed, or it was recycled)."""
+
+    def __init__(self, iid: str, reason: str) -> None:
+        super().__init__(f"instance {iid} lost: {reason}")
+        self.iid, self.reason = iid, reason
+
+
+class UnknownInstance(KeyError):
+    """No instance has this id (never allocated, or already released)."""
+
+    def __str__(self) -> str:
+        return f"unknown instance id {self.args[0]!r}"
+
+
+class OperationTimeout(TimeoutError):
+    """An operation overran its ``timeout_s``; the instance is being reset."""
+
+    def __init__(self, op: str, iid: str, timeout_s: float) -> None:
+        super().__init__(f"{op} on instance {iid} exceeded {timeout_s:g}s; the instance is being reset")
+        self.op, self.iid, self.timeout_s = op, iid, timeout_s
+
+
+class BrowserStartError(RuntimeError):
+    """Chromium could not be found or launched."""
+
+
+def find_chromium(executable_path: str | None = None) -> str:
+    """The Chromium binary to launch: ``executable_path`` if given, else the first of
+    :data:`CHROMIUM_CANDIDATES` that exists.
+
+    >>> find_chromium("/bin/sh")
+    '/bin/sh'
+    """
+    if executable_path:
+        if not os.path.isfile(executable_path):
+            raise BrowserStartError(f"executable_path: no file at {executable_path}")
+        return executable_path
+    for candidate in CHROMIUM_CANDIDATES:
+        if os.path.isfile(candidate):
+            return candidate
+    raise BrowserStartError("no Chromium found at " + " or ".join(CHROMIUM_CANDIDATES)
+                            + "; run scripts/setup_system_browser.sh or pass executable_path")
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's text (Playwright appends call logs)."""
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
