@@ -26,24 +26,47 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
 
 
-def _pid_of(group: str, rank: int) -> int | None:
+def _our_raylet_pids() -> set[bytes]:
+    """Pids of the raylets of the Ray cluster this process is connected to (other pytest-xdist
+    workers run clusters of their own, with groups of the same names)."""
+    import ray
+
+    sockets = {node["RayletSocketName"] for node in ray.nodes() if node["Alive"]}
+    pids = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(arg.startswith(b"--raylet_socket_name=") and arg.split(b"=", 1)[1].decode() in sockets
+                   for arg in args):
+                pids.add(pid.encode())
+    return pids
+
+
+def _pid_of(group: str, rank: int, raylets: set[bytes]) -> int | None:
     want = {f"RLINF_GROUP_NAME={group}".encode(), f"RANK={rank}".encode()}
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                if want <= set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")):
-                    return int(pid)
+                env = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
             except OSError:
                 continue
+            if want <= env and any(b"RAY_RAYLET_PID=" + raylet in env for raylet in raylets):
+                return int(pid)
     return None
 
 
 def _kill_after(metrics: Path, step: int, group: str, killed: list) -> threading.Thread:
+    raylets = _our_raylet_pids()
+    assert raylets, "found no raylet of this test's Ray cluster"
+
     def run():
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if metrics.is_file() and any(r["step"] >= step for r in read_metrics(str(metrics))):
-                pid = _pid_of(group, 0)
+                pid = _pid_of(group, 0, raylets)
                 if pid is not None:
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
