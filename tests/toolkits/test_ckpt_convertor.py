@@ -17,6 +17,7 @@ pytest.importorskip("megatron.core")
 transformers = pytest.importorskip("transformers")
 
 from rlinf.engines.training.megatron import checkpoint_io, convert  # noqa: E402
+from rlinf.engines.training.megatron.logit_check import LogitCase, logit_check  # noqa: E402
 from toolkits.ckpt_convertor import hf_to_megatron, megatron_to_hf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,11 +77,10 @@ def test_megatron_logits_match_hf_for_every_family_and_layout(models, tmp_path):
         for tp, pp in [(2, 1), (1, 2), (1, 1)]:
             out = tmp_path / f"{name}_tp{tp}_pp{pp}"
             convert.hf_to_megatron(hf_path, out, tp, pp)
-            cases.append(convert.LogitCase(str(hf_path), str(out)))
+            cases.append(LogitCase(str(hf_path), str(out)))
     other = save_tiny_model(tmp_path / "other_llama", "llama", seed=1)
-    cases.append(convert.LogitCase(str(other), str(tmp_path / "llama_tp2_pp1")))
-    diffs = convert.logit_check(cases, device="cpu", worker_setup="megatron_cpu_shim:install",
-                                world_size=2, timeout_s=240)
+    cases.append(LogitCase(str(other), str(tmp_path / "llama_tp2_pp1")))
+    diffs = logit_check(cases, device="cpu", worker_setup="megatron_cpu_shim:install", world_size=2, timeout_s=240)
     report = {Path(c.megatron_path).name: d for c, d in zip(cases, diffs)}
     assert all(d <= 1e-4 for d in diffs[:-1]), report
     assert diffs[-1] > 1e-2, report

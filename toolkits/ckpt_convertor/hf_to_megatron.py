@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-from rlinf.engines.training.megatron import convert
+from rlinf.engines.training.megatron import convert, logit_check
 
 LOGIT_TOLERANCE = 1e-4
 
@@ -72,8 +72,8 @@ def verify(hf_path: str, megatron_path: str, world: int, timeout_s: float) -> bo
         print(f"verify: logit check skipped: megatron-core's GPTModel forward needs CUDA and "
               f"tp*pp = {world} GPUs ({gpus} visible); only the round-trip check ran")
         return True
-    [diff] = convert.logit_check([convert.LogitCase(hf_path, megatron_path)], device="cuda",
-                                 timeout_s=timeout_s)
+    [diff] = logit_check.logit_check([logit_check.LogitCase(hf_path, megatron_path)], device="cuda",
+                                     timeout_s=timeout_s)
     ok = diff <= LOGIT_TOLERANCE
     print(f"verify: logits max abs diff {diff:.3g} ({'ok' if ok else 'FAILED'}, "
           f"tolerance {LOGIT_TOLERANCE:g})")

@@ -11,7 +11,7 @@ next step.
 
 ``megatron_logits``: the converter (HF -> Megatron TP=1, PP=1), its bit-exact round trip back to
 HF, and megatron-core's fp32 logits against HF's on CUDA
-(:func:`rlinf.engines.training.megatron.convert.logit_check`, the tolerance of the converter's
+(:func:`rlinf.engines.training.megatron.logit_check.logit_check`, the tolerance of the converter's
 ``--verify``). Without CUDA only the round trip runs and the check is a skip.
 """
 
@@ -139,7 +139,7 @@ def run_step(ctx: Context) -> dict:
 
 def run_logits(ctx: Context) -> dict:
     """``megatron_logits`` (see the module docstring)."""
-    from rlinf.engines.training.megatron import convert
+    from rlinf.engines.training.megatron import convert, logit_check
     from toolkits.ckpt_convertor.hf_to_megatron import LOGIT_TOLERANCE
 
     shape = TINY if ctx.dry_run else SMALL
@@ -151,6 +151,6 @@ def run_logits(ctx: Context) -> dict:
                "round_trip_tensors": convert.verify_round_trip(hf, target), "logit_tolerance": LOGIT_TOLERANCE}
     if ctx.device != "cuda":
         return outcome(figures, skip="round trip only: megatron-core's forward (the logit check) needs CUDA")
-    [figures["logit_max_abs_diff"]] = convert.logit_check([convert.LogitCase(hf, target)], device="cuda",
-                                                          timeout_s=120.0)
+    [figures["logit_max_abs_diff"]] = logit_check.logit_check([logit_check.LogitCase(hf, target)],
+                                                              device="cuda", timeout_s=120.0)
     return outcome(figures, [("round_trip_tensors", ">", 0), ("logit_max_abs_diff", "<=", LOGIT_TOLERANCE)])

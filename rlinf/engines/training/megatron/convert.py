@@ -7,11 +7,7 @@ by the Megatron actor backend's ``use_hf_ckpt``).
 * :func:`megatron_to_hf`: back to an HF folder (config.json + model.safetensors), vocabulary
   unpadded; works on checkpoints without our metadata too, given ``hf_config_path``.
 * :func:`verify_round_trip`: HF -> Megatron -> HF gives the same names, dtypes and bits.
-* :func:`logit_check`: megatron-core ``GPTModel`` stages loaded from the checkpoint, run over
-  ``tp * pp`` processes (activations sent stage to stage), against the HF model's logits.
-  megatron-core 0.16's forward calls CUDA (rotary embedding, RNG tracker), so this runs on GPUs;
-  on a CPU-only machine it needs a ``worker_setup`` hook that redirects those calls, which the
-  repository has only as a test helper (``tests/megatron_cpu_shim.py``).
+* The logit check (megatron-core's logits against HF's) is :mod:`.logit_check`.
 
 Errors about the input are :class:`ConversionError` with one line naming the problem.
 """
@@ -19,32 +15,25 @@ Errors about the input are :class:`ConversionError` with one line naming the pro
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
-import datetime
-import importlib
 import json
 import multiprocessing
 import os
 import shutil
-import tempfile
-import traceback
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import torch
 
 from rlinf.engines.training.megatron import checkpoint_io, layout
 from rlinf.engines.training.megatron.layout import ConversionError
 from rlinf.engines.training.megatron.model import rope_theta
-from rlinf.utils.spawn import free_local_port, spawn_ranks
 
 __all__ = [
     "ConversionError",
-    "LogitCase",
     "checkpoint_layout",
     "hf_config_from_dict",
     "hf_to_megatron",
-    "logit_check",
+    "full_hf_config",
     "megatron_to_hf",
     "read_hf_config",
     "verify_round_trip",
@@ -88,13 +77,13 @@ def read_hf_config(folder: str | os.PathLike, model_type: str | None = None) -> 
             raise ConversionError(
                 f"--model-type {model_type} does not match {path} ({family.architecture})"
             )
-    full = _full_config(raw)
+    full = full_hf_config(raw)
     layout.family_of(full)  # options only the filled-in config shows
     rope_theta(full)  # RoPE scaling has no counterpart in the GPTModel we build
     return raw
 
 
-def _full_config(raw: dict[str, Any]) -> dict[str, Any]:
+def full_hf_config(raw: dict[str, Any]) -> dict[str, Any]:
     """``config.json`` with transformers' defaults filled in (e.g. Qwen3's head_dim)."""
     try:
         full = hf_config_from_dict(raw).to_dict()
@@ -171,7 +160,7 @@ def hf_to_megatron(
     if process_num < 1:
         raise ConversionError(f"process_num must be >= 1, got {process_num}")
     raw = read_hf_config(hf_path, model_type)
-    config = _full_config(raw)
+    config = full_hf_config(raw)
     counts = layout.check_parallel_sizes(config, tp, pp, layers_per_stage)
     dims = layout.model_dims(config)
     padded = layout.padded_vocab_size(dims.vocab, tp, make_vocab_size_divisible_by)
@@ -237,7 +226,7 @@ def checkpoint_layout(
     counts = [len({k.split(".")[2] for k in sd if k.startswith("decoder.layers.")})
               for sd in stages]
     rows = stages[0]["embedding.word_embeddings.weight"].shape[0]
-    vocab = layout.model_dims(_full_config(hf_config)).vocab
+    vocab = layout.model_dims(full_hf_config(hf_config)).vocab
     return {"tp": tp, "pp": pp, "layers_per_stage": counts, "vocab_size": vocab,
             "padded_vocab_size": rows * tp, "hf_config": hf_config, "hf_has_lm_head": False}
 
@@ -247,7 +236,7 @@ def _merged_hf_state(megatron_path: str | os.PathLike, meta: dict[str, Any]) -> 
     ranks = [(p, t) for p in range(pp) for t in range(tp)]
     shards = {(p, t): checkpoint_io.load_shard(megatron_path, t, p) for p, t in ranks}
     return layout.megatron_shards_to_hf(
-        shards, _full_config(meta["hf_config"]), tp, pp, meta["layers_per_stage"],
+        shards, full_hf_config(meta["hf_config"]), tp, pp, meta["layers_per_stage"],
         include_tied_lm_head=bool(meta.get("hf_has_lm_head", False)),
     )
 
@@ -303,170 +292,3 @@ def verify_round_trip(hf_path: str | os.PathLike, megatron_path: str | os.PathLi
                 f"round trip changed {name} ({a.dtype}{list(a.shape)} -> {b.dtype}{list(b.shape)})"
             )
     return len(names)
-
-
-@dataclasses.dataclass(frozen=True)
-class LogitCase:
-    """One logit comparison: an HF folder and its converted checkpoint."""
-
-    hf_path: str
-    megatron_path: str
-
-
-@dataclasses.dataclass(frozen=True)
-class _ForwardJob:
-    """What every worker needs to run one checkpoint's forward (crosses the process boundary)."""
-
-    megatron_path: str
-    config: dict[str, Any]  # config.json with transformers' defaults filled in
-    tp: int
-    pp: int
-    layers_per_stage: list[int]
-    padded_vocab_size: int
-    tokens: list[list[int]]
-
-
-def _stage_forward(model: Any, job: _ForwardJob, device: torch.device) -> torch.Tensor | None:
-    """One pipeline stage's forward: receive the previous stage's activations [s, b, h], send
-    ours on; the last stage returns the logits [b, s, padded vocab]."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
-
-    tokens = torch.tensor(job.tokens, device=device)
-    batch, seq = tokens.shape
-    positions = torch.arange(seq, device=device).expand(batch, seq)
-    if not ps.is_pipeline_first_stage():
-        received = torch.empty(seq, batch, job.config["hidden_size"], device=device)
-        dist.recv(received, src=ps.get_pipeline_model_parallel_prev_rank())
-        model.set_input_tensor(received)
-    with torch.no_grad():
-        out = model(tokens, positions, None)
-    if not ps.is_pipeline_last_stage():
-        dist.send(out.contiguous(), dst=ps.get_pipeline_model_parallel_next_rank())
-        return None
-    return out
-
-
-def _run_job(job: _ForwardJob, device: torch.device) -> torch.Tensor | None:
-    """Build this rank's GPTModel stage, load its shard strictly, run the forward; the logits
-    on the rank that reports them (last stage, TP rank 0, DP rank 0), else None."""
-    from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel import random as mp_random
-
-    from rlinf.engines.training.megatron.model import build_gpt_model
-
-    ps.initialize_model_parallel(job.tp, job.pp)
-    try:
-        mp_random.get_cuda_rng_tracker().reset()
-        mp_random.model_parallel_cuda_manual_seed(1234)
-        pp_rank = ps.get_pipeline_model_parallel_rank()
-        tp_rank = ps.get_tensor_model_parallel_rank()
-        model = build_gpt_model(
-            job.config, tp=job.tp, pp=job.pp, pp_rank=pp_rank, parallel_output=False,
-            vocab_size_padded=job.padded_vocab_size, layers_per_stage=job.layers_per_stage,
-        )
-        model.load_state_dict(checkpoint_io.load_shard(job.megatron_path, tp_rank, pp_rank))
-        logits = _stage_forward(model.to(device).eval(), job, device)
-        reports = tp_rank == 0 and ps.get_data_parallel_rank() == 0
-        return logits.float().cpu() if logits is not None and reports else None
-    finally:
-        ps.destroy_model_parallel()
-
-
-def _logit_worker(rank: int, world: int, port: int, jobs: list[_ForwardJob], device: str,
-                  worker_setup: str | None, out_dir: str, timeout_s: float) -> None:
-    """Entry of one spawned rank: writes ``logits_<i>.pt`` per job it reports, or its traceback
-    to ``error_<rank>.txt``."""
-    try:
-        torch.set_num_threads(1)
-        if worker_setup:
-            module, _, function = worker_setup.partition(":")
-            getattr(importlib.import_module(module), function)()
-        import torch.distributed as dist
-
-        if device == "cuda":
-            torch.cuda.set_device(rank)
-        dist.init_process_group(
-            "nccl" if device == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-            rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s),
-        )
-        for index, job in enumerate(jobs):
-            logits = _run_job(job, torch.device(device))
-            if logits is not None:
-                torch.save(logits, Path(out_dir) / f"logits_{index}.pt")
-            dist.barrier()
-        dist.destroy_process_group()
-    except BaseException:
-        (Path(out_dir) / f"error_{rank}.txt").write_text(traceback.format_exc())
-        raise
-
-
-def _hf_logits(hf_path: str, tokens: torch.Tensor, device: str) -> torch.Tensor:
-    """The HF model's fp32 logits (on ``device``, free again once the workers have exited)."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(hf_path, dtype=torch.float32).to(device).eval()
-    with torch.no_grad():
-        return model(tokens.to(device)).logits.cpu()
-
-
-def logit_check(
-    cases: Sequence[LogitCase],
-    *,
-    device: str = "cuda",
-    worker_setup: str | None = None,
-    world_size: int | None = None,
-    timeout_s: float = 300.0,
-    batch: int = 2,
-    seq_len: int = 16,
-) -> list[float]:
-    """Max abs difference between megatron-core's and HF's fp32 logits, per case (real vocabulary
-    only: padded rows are left out).
-
-    All cases run in one group of ``world_size`` processes (default: the largest ``tp * pp``;
-    smaller layouts get data-parallel copies). ``device="cuda"`` needs that many GPUs (NCCL);
-    ``device="cpu"`` uses gloo and needs ``worker_setup``, a ``"module:function"`` run first in
-    every worker that makes megatron-core's CUDA-only calls work on the CPU. Workers are killed
-    after ``timeout_s``; a failure raises RuntimeError with the worker's last error line.
-    """
-    jobs, generator = [], torch.Generator().manual_seed(0)
-    for case in cases:
-        meta = checkpoint_layout(case.megatron_path, read_hf_config(case.hf_path))
-        tokens = torch.randint(0, meta["vocab_size"], (batch, seq_len), generator=generator)
-        jobs.append(_ForwardJob(
-            megatron_path=str(case.megatron_path), config=_full_config(meta["hf_config"]),
-            tp=int(meta["tp"]), pp=int(meta["pp"]), layers_per_stage=meta["layers_per_stage"],
-            padded_vocab_size=int(meta["padded_vocab_size"]), tokens=tokens.tolist(),
-        ))
-    world = world_size or max(job.tp * job.pp for job in jobs)
-    for job in jobs:
-        if world % (job.tp * job.pp):
-            raise ValueError(f"world size {world} is no multiple of tp*pp of {job.megatron_path}")
-    if device == "cuda" and torch.cuda.device_count() < world:
-        raise RuntimeError(f"the logit check needs {world} GPUs, {torch.cuda.device_count()} seen")
-    with tempfile.TemporaryDirectory(prefix="rlinf-logit-check-") as out_dir:
-        _run_workers(world, jobs, device, worker_setup, out_dir, timeout_s)
-        diffs = []
-        for index, (case, job) in enumerate(zip(cases, jobs)):
-            theirs = torch.load(Path(out_dir) / f"logits_{index}.pt", weights_only=True)
-            ours = _hf_logits(case.hf_path, torch.tensor(job.tokens), device)
-            diffs.append(float((theirs[..., : ours.shape[-1]] - ours).abs().max()))
-    return diffs
-
-
-def _run_workers(world: int, jobs: list[_ForwardJob], device: str, worker_setup: str | None,
-                 out_dir: str, timeout_s: float) -> None:
-    """Spawn ``world`` ranks of :func:`_logit_worker`; kill them all at the deadline."""
-    port = free_local_port()
-    procs, hung = spawn_ranks(_logit_worker, [(rank, world, port, jobs, device, worker_setup, out_dir,
-                                               timeout_s) for rank in range(world)], timeout_s)
-    errors = sorted(Path(out_dir).glob("error_*.txt"))
-    if errors:
-        last_line = errors[0].read_text().strip().splitlines()[-1]
-        raise RuntimeError(f"logit check rank {errors[0].stem[6:]} failed: {last_line}")
-    if hung:
-        raise RuntimeError(f"logit check ranks {hung} did not finish within {timeout_s:.0f} s")
-    failed = [rank for rank, proc in enumerate(procs) if proc.exitcode != 0]
-    if failed:
-        raise RuntimeError(f"logit check ranks {failed} exited with codes "
-                           f"{[procs[r].exitcode for r in failed]}")
