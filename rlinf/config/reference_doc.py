@@ -16,15 +16,13 @@ import dataclasses
 import inspect
 import re
 import sys
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
-
-import yaml
+from typing import Any
 
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.config.math import MathConfig
+from rlinf.config.reference_cells import cell, default_cell, is_union, markdown, rule_text, type_cell
 
 __all__ = ["DEFAULT_PATH", "UndocumentedFieldError", "document", "field_docs", "render_reference"]
 
@@ -296,17 +294,7 @@ def _summary(cls: type, path: str) -> str:
     first = " ".join(line.strip() for line in inspect.cleandoc(doc).split("\n\n", 1)[0].splitlines())
     if first.rstrip(".:") in (f"``{path}``", f"``{path}:``"):
         return ""
-    return _markdown(first)
-
-
-def _markdown(text: str) -> str:
-    """reST inline markup of our docstrings -> markdown."""
-    text = re.sub(r":(?:class|func|meth|mod|attr):`~?([^`]+)`", r"`\1`", text)
-    return text.replace("``", "`")
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    return markdown(first)
 
 
 # ---------------------------------------------------------------- tree walk
@@ -320,7 +308,7 @@ def _section_class(tp: Any) -> type | None:
     """The dataclass of a section field (``Section`` or ``Section | None``), else None."""
     if dataclasses.is_dataclass(tp):
         return tp
-    if _is_union(tp):
+    if is_union(tp):
         rest = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(rest) == 1 and dataclasses.is_dataclass(rest[0]):
             return rest[0]
@@ -363,92 +351,13 @@ def _table(cls: type, path: str) -> list[str]:
             kind = "section or `null`" if optional else "section"
             default = f"`null` (keys: [{sub}](#{_anchor(sub)}))" if optional else f"[{sub}](#{_anchor(sub)})"
         else:
-            kind, default = _type_cell(tp), _default_cell(f)
+            kind, default = type_cell(tp), default_cell(f)
         group, text = docs[f.name]
         if len(group) > 1:  # one entry for several keys: say which
             text = ", ".join(f"``{name}``" for name in group) + ": " + text
-        text += _rule_text(f)
-        rows.append(f"| `{f.name}` | {kind} | {default} | {_cell(_markdown(text))} |")
+        text += rule_text(f)
+        rows.append(f"| `{f.name}` | {kind} | {default} | {cell(markdown(text))} |")
     return rows
-
-
-_SCOPE_TAG = {"math": "Math runs only.", "embodied": "Embodied runs only.",
-              "megatron": "Megatron backend only.", "fsdp": "FSDP2 backend only."}
-
-
-def _rule_text(f: dataclasses.Field) -> str:
-    """The key's rule (see ``rlinf.utils.typed_config.rule``) as a sentence for the table."""
-    md = f.metadata
-    out = ""
-    if "only" in md:
-        out += " *Accepted: " + ", ".join(f"`{_yaml(v)}`" for v in md["only"]) + f"* ({md['reason']})."
-    if "note" in md:
-        values, why = md["note"]
-        out += " *Noted at start when " + " or ".join(f"`{_yaml(v)}`" for v in values) + f"*: {why}."
-    if "scope" in md:
-        out += f" *{_SCOPE_TAG[md['scope']]}*"
-    return out
-
-
-# ---------------------------------------------------------------- types and defaults
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (Union, types.UnionType)
-
-
-def _type_cell(tp: Any) -> str:
-    optional = _is_union(tp) and type(None) in typing.get_args(tp)
-    rest = [a for a in typing.get_args(tp) if a is not type(None)] if _is_union(tp) else [tp]
-    if len(rest) == 1 and typing.get_origin(rest[0]) is Literal:
-        values = [f"`{_yaml(v)}`" for v in typing.get_args(rest[0])]
-        return "one of " + ", ".join(values + (["`null`"] if optional else []))
-    return f"`{_cell(_type_name(tp))}`"
-
-
-def _type_name(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return "any"
-    if tp is type(None):
-        return "null"
-    if _is_union(tp):
-        rest = [a for a in args if a is not type(None)]
-        names = [_type_name(a) for a in rest] + (["null"] if len(rest) < len(args) else [])
-        return " | ".join(names)
-    if origin is Literal:
-        return " | ".join(_yaml(a) for a in args)
-    if origin in (list, tuple) or tp in (list, tuple):
-        return f"list[{_type_name(args[0]) if args else 'any'}]"
-    if origin is dict or tp is dict:
-        return f"dict[{_type_name(args[0])}, {_type_name(args[1])}]" if len(args) == 2 else "dict"
-    if tp in (int, float, bool, str):
-        return tp.__name__
-    raise TypeError(f"unsupported config field type {tp!r}")
-
-
-def _default_cell(f: dataclasses.Field) -> str:
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        return "*required*"
-    return f"`{_cell(_yaml(value))}`"
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
-def _yaml(value: Any) -> str:
-    """``value`` as YAML writes it in flow style (``null``, ``true``, ``1.0e-06``, ``[a, b]``)."""
-    text = yaml.safe_dump(_plain(value), default_flow_style=True, width=10_000).strip()
-    return text[: -len("...")].strip() if text.endswith("...") else text
 
 
 # ---------------------------------------------------------------- CLI
