@@ -7,8 +7,8 @@ than two here); each test then waits for its own script only.
 
 Every process is spawned from the main thread and writes to files, not pipes: spawning from a
 thread pool (an earlier version) failed once in CI with ``OSError: [Errno 14] Bad address`` from
-``fork_exec`` (CPython spawns with ``vfork``, whose child shares the parent's memory while other
-threads run), and a process nobody reads cannot block on a full pipe.
+``fork_exec`` (not reproduced here; a likely cause: CPython spawns with ``vfork``, whose child
+shares the parent's memory while other threads run), and a process nobody reads cannot block on a full pipe.
 """
 
 from __future__ import annotations
