@@ -8,6 +8,7 @@ without Playwright: the HTTP client maps server replies back onto these errors).
 from __future__ import annotations
 
 import os
+import shutil
 
 #: binaries tried in order when no ``executable_path`` is given (scripts/setup_system_browser.sh)
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium-headless-shell", "/usr/lib/chromium/chromium")
@@ -41,21 +42,28 @@ class BrowserStartError(RuntimeError):
 
 
 def find_chromium(executable_path: str | None = None) -> str:
-    """The Chromium binary to launch: ``executable_path`` if given, else the first of
-    :data:`CHROMIUM_CANDIDATES` that exists.
+    """The Chromium binary to launch: ``executable_path`` if given, else the first executable of
+    :data:`CHROMIUM_CANDIDATES`, else ``chromium`` / ``chromium-headless-shell`` on the PATH.
 
     >>> find_chromium("/bin/sh")
     '/bin/sh'
     """
     if executable_path:
-        if not os.path.isfile(executable_path):
-            raise BrowserStartError(f"executable_path: no file at {executable_path}")
+        if not _executable(executable_path):
+            raise BrowserStartError(f"{executable_path!r} is not an executable file")
         return executable_path
     for candidate in CHROMIUM_CANDIDATES:
-        if os.path.isfile(candidate):
+        if _executable(candidate):
             return candidate
-    raise BrowserStartError("no Chromium found at " + " or ".join(CHROMIUM_CANDIDATES)
-                            + "; run scripts/setup_system_browser.sh or pass executable_path")
+    found = shutil.which("chromium") or shutil.which("chromium-headless-shell")
+    if found:
+        return found
+    raise BrowserStartError("no Chromium found at " + " or ".join(CHROMIUM_CANDIDATES) + " or on the PATH; "
+                            "run scripts/setup_system_browser.sh or set env_config.browser.executable_path")
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 def first_line(error: BaseException) -> str:

@@ -12,11 +12,10 @@ judged); with one it is the online loop.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from rlinf.engines.web.browser_errors import CHROMIUM_CANDIDATES
+from rlinf.engines.web.browser_errors import BrowserStartError, find_chromium
 from rlinf.utils.typed_config import ConfigError
 
 
@@ -32,19 +31,10 @@ class WebStart:
 
 def find_browser(configured: str | None) -> str:
     """The Chromium binary the browser servers launch (``env_config.browser.executable_path``)."""
-    if configured:
-        if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
-            raise ConfigError("env_config.browser.executable_path", f"{configured!r} is not an executable file")
-        return configured
-    for cand in CHROMIUM_CANDIDATES:
-        if os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    found = shutil.which("chromium") or shutil.which("chromium-headless-shell")
-    if found:
-        return found
-    raise ConfigError("env_config.browser.executable_path", "no Chromium found (looked for "
-                      f"{', '.join(CHROMIUM_CANDIDATES)}); install it with `bash scripts/setup_system_browser.sh` "
-                      "or set the path")
+    try:
+        return find_chromium(configured)
+    except BrowserStartError as err:
+        raise ConfigError("env_config.browser.executable_path", str(err)) from None
 
 
 def prepare_web(raw: Any) -> WebStart:
