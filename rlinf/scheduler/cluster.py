@@ -60,7 +60,8 @@ class NodeInfo:
 
 
 class Cluster:
-    """A Ray cluster with nodes ranked for placement.
+    """A Ray cluster with nodes ranked for placement (``cluster.backend: local``:
+    :class:`~rlinf.scheduler.local.cluster.LocalCluster`, this process without Ray).
 
     Args:
         num_nodes: nodes the job uses (``cluster.num_nodes``); ``None`` = all alive nodes.
@@ -90,6 +91,9 @@ class Cluster:
     ):
         import ray
 
+        from rlinf.scheduler.local import set_active
+
+        set_active(False)  # channels made from now on are Ray ones
         self.namespace = namespace
         self._groups: list = []  # weak references to the worker groups launched on this cluster
         #: one line naming the Ray cluster in use (printed by the entry points)
@@ -114,9 +118,13 @@ class Cluster:
         )
         self._check_shape(explicit=accelerators_per_node is not None)
 
+    is_local = False
+
     @classmethod
     def from_config(cls, cfg: "ClusterConfig", address: str | None = None) -> "Cluster":
-        """Attach/start Ray for a validated ``cluster:`` section and adopt its node groups.
+        """Attach/start Ray for a validated ``cluster:`` section and adopt its node groups;
+        with ``cluster.backend: local`` a :class:`~rlinf.scheduler.local.cluster.LocalCluster`
+        instead (Ray is not imported).
 
         Example:
             >>> cfg = ClusterConfig.from_dict({"num_nodes": 1, "accelerators_per_node": 2,
@@ -124,6 +132,10 @@ class Cluster:
             >>> Cluster.from_config(cfg).shape.accelerators_per_node  # doctest: +SKIP
             2
         """
+        if cfg.backend == "local":
+            from rlinf.scheduler.local.cluster import LocalCluster
+
+            return LocalCluster.from_config(cfg, address)
         cluster = cls(num_nodes=cfg.num_nodes, accelerators_per_node=cfg.accelerators_per_node,
                       address=address)
         cluster.shape = cfg.shape(accelerators_per_node=cluster.shape.accelerators_per_node)
@@ -189,6 +201,16 @@ def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -
     """
     from rlinf.utils.typed_config import ConfigError
 
+    if cfg.backend == "local":  # no Ray: this machine, one process per group
+        from rlinf.scheduler.local.cluster import check_local_config, check_local_plan
+
+        check_local_config(cfg)
+        gpus = _local_gpu_count()
+        if gpus and cfg.accelerators_per_node is not None and cfg.accelerators_per_node > gpus:
+            raise ConfigError("cluster.accelerators_per_node", f"{cfg.accelerators_per_node}, but this "
+                              f"machine has {gpus} GPU(s)")
+        check_local_plan(cfg, cfg.plan(cfg.shape(accelerators_per_node=gpus or 1)))
+        return
     target, _ = ray_target(address)
     if target != "local":
         return

@@ -10,13 +10,18 @@ Example:
     >>> ClusterConfig.from_dict({"num_nodes": 1, "component_placment": {}})
     Traceback (most recent call last):
     ...
-    rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerators_per_node, component_placement, node_groups, num_nodes
+    rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerators_per_node, backend, component_placement, node_groups, num_nodes
+    >>> ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 2,
+    ...                          "component_placement": {"actor,rollout": "all"}})
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: cluster.component_placement.actor: local mode runs one process per group; actor is placed on 2 processes: place it on one accelerator, e.g. `actor,rollout: 0` with cluster.accelerators_per_node: 1
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, parse_cluster_shape, plan_placement
 from rlinf.utils.typed_config import ConfigError, check, parse_section
@@ -35,12 +40,19 @@ class ClusterConfig:
             CPU-only cluster it is the number of logical accelerator slots per node (default 1).
         node_groups: labelled node groups for heterogeneous clusters (list of
             ``{label, node_ranks, accelerators_per_node}``).
+        backend: our key. ``ray`` (default): one process per placed rank on a Ray cluster.
+            ``local``: for debugging without Ray: every worker group runs inside the driver
+            process (one worker per group, on its own thread; channels, tensor links and pipes in
+            memory), so a breakpoint in a worker method fires under ``python -m pdb``. Needs one
+            node and one process per component (e.g. ``actor,rollout,reward: 0`` with
+            ``accelerators_per_node: 1``); anything else is refused before the run starts.
     """
 
     component_placement: dict[str, Any]
     num_nodes: int = 1
     accelerators_per_node: int | None = None
     node_groups: tuple[dict[str, Any], ...] = ()
+    backend: Literal["ray", "local"] = "ray"
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], key: str = "cluster") -> "ClusterConfig":
@@ -55,8 +67,16 @@ class ClusterConfig:
               f"expected an int >= 0 or null, got {self.accelerators_per_node}")
         check(bool(self.component_placement), f"{path}.component_placement",
               "empty; place at least one component, e.g. {actor,rollout: all}")
+        if self.backend == "local":
+            from rlinf.scheduler.local.cluster import check_local_config
+
+            check_local_config(self)
         if self.accelerators_per_node is not None:
-            self.plan()  # the cluster shape is fully known: check the placement now
+            plan = self.plan()  # the cluster shape is fully known: check the placement now
+            if self.backend == "local":
+                from rlinf.scheduler.local.cluster import check_local_plan
+
+                check_local_plan(self, plan)
 
     def shape(self, accelerators_per_node: int | None = None) -> ClusterShape:
         """The shape this config declares (``accelerators_per_node`` fills in a ``null`` count)."""

@@ -29,9 +29,13 @@ class GroupCall:
         self.results_by_rank: dict[int, Any] = {}
         self.elapsed: dict[int, float] = {}
         self.wall_time: float | None = None
+        #: local mode: the refs are concurrent.futures.Future objects (rlinf.scheduler.local)
+        self._local = bool(getattr(group, "is_local", False))
 
     def done(self) -> bool:
         """True when every rank has answered (successfully or not)."""
+        if self._local:
+            return all(ref.done() for ref in self._refs.values())
         import ray
 
         pending = [r for k, r in self._refs.items() if k not in self.results_by_rank]
@@ -45,6 +49,8 @@ class GroupCall:
             CallTimeoutError: ``timeout`` seconds passed; names the ranks still running.
             WorkerError / WorkerDiedError: a rank failed.
         """
+        if self._local:
+            return self._wait_local(timeout)
         import ray
 
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -60,6 +66,22 @@ class GroupCall:
                 self._settle(rank_of[ref], lambda: ray.get(ref))
         return self._finish()
 
+    def _wait_local(self, timeout: float | None) -> list[Any]:
+        from concurrent.futures import FIRST_COMPLETED
+        from concurrent.futures import wait as wait_futures
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        rank_of = {ref: rank for rank, ref in self._refs.items()}
+        pending = {r for k, r in self._refs.items() if k not in self.results_by_rank}
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, pending = wait_futures(pending, timeout=left, return_when=FIRST_COMPLETED)
+            if not ready:
+                raise CallTimeoutError(self.group.name, self.method, sorted(rank_of[r] for r in pending), timeout)
+            for ref in sorted(ready, key=rank_of.get):
+                self._settle(rank_of[ref], ref.result)
+        return self._finish()
+
     def __await__(self):
         return self._wait_async().__await__()
 
@@ -68,7 +90,7 @@ class GroupCall:
 
         async def one(rank, ref):
             try:
-                return rank, await ref, None
+                return rank, await (asyncio.wrap_future(ref) if self._local else ref), None
             except Exception as exc:  # noqa: BLE001 - re-raised below with the worker's name
                 return rank, None, exc
 
@@ -84,10 +106,21 @@ class GroupCall:
         return self._finish()
 
     def _settle(self, rank: int, get) -> None:
-        import ray
-
         worker = f"{self.group.name}[{rank}]"
         node = self.group.placement.processes[rank].node
+        if self._local:
+            from rlinf.scheduler.local.executor import InitFailed
+
+            try:
+                value, error, elapsed = get()
+            except InitFailed as exc:  # the in-process worker's __init__ raised
+                raise WorkerError(worker, node, "__init__", exc.text) from None
+            except Exception as exc:  # noqa: BLE001 - e.g. a call to a shut-down group
+                raise WorkerDiedError(worker, node, self.method, _first_line(exc)) from None
+            self._deliver(rank, worker, node, value, error, elapsed)
+            return
+        import ray
+
         try:
             value, error, elapsed = get()
         except ray.exceptions.RayActorError as exc:
@@ -97,6 +130,9 @@ class GroupCall:
             raise WorkerDiedError(worker, node, self.method, _first_line(exc)) from None
         except ray.exceptions.RayError as exc:
             raise WorkerError(worker, node, self.method, str(exc)) from None
+        self._deliver(rank, worker, node, value, error, elapsed)
+
+    def _deliver(self, rank: int, worker: str, node: int, value: Any, error: str | None, elapsed: float) -> None:
         if error is not None:
             failure = WorkerError(worker, node, self.method, error)
             dead = self._dead_peer()

@@ -327,6 +327,11 @@ class PipeLink:
             for r in ranks:
                 if not 0 <= r < group.world_size:
                     raise IndexError(f"{group.name} has ranks 0-{group.world_size - 1}, not {r}")
+        if getattr(group_a, "is_local", False):  # cluster.backend: local: socket pairs in this process
+            from rlinf.scheduler.local.links import connect_pipes
+
+            connect_pipes(name, group_a, group_b, pairs, timeout_s)
+            return cls(name, group_a, group_b, pairs)
         b_ranks = sorted({b for _, b in pairs})
         expected = {b: sum(1 for _, bb in pairs if bb == b) for b in b_ranks}
         addresses = {}

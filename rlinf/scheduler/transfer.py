@@ -142,8 +142,6 @@ class TensorLink:
                 whenever every member is on the source's node and the backend is gloo; False
                 forces the process-group path (what a link across hosts uses).
         """
-        from rlinf.scheduler.cluster import free_port_on
-
         dst_ranks = list(range(dst_group.world_size)) if dst_ranks is None else list(dst_ranks)
         members = [(src_group, src_rank)] + [(dst_group, r) for r in dst_ranks]
         seen = [(g.name, r) for g, r in members]
@@ -153,6 +151,13 @@ class TensorLink:
         if len(set(seen)) != len(seen):
             raise ValueError(f"tensor link {name!r}: a worker appears twice in {seen}; a worker "
                              "cannot send to itself")
+        if getattr(src_group, "is_local", False):  # cluster.backend: local: an in-memory hand-over
+            from rlinf.scheduler.local.links import connect_tensor_link
+
+            connect_tensor_link(name, members, timeout_s)
+            return cls(name, members)
+        from rlinf.scheduler.cluster import free_port_on
+
         devices = [g._execute("_rlinf_device_type", ranks=[r]) for g, r in members]
         backend = "nccl" if all(d.wait(timeout=60)[0] == "cuda" for d in devices) else "gloo"
         src_node = src_group.cluster.node(src_group.placement.processes[src_rank].node)
@@ -220,6 +225,10 @@ def send_tensors(link: _LinkState, tensors: "dict[str, Any] | LazyTensors") -> i
     Returns when every receiver has the data (one-host path: has copied the last bucket out)."""
     import torch
 
+    if getattr(link, "local", False):
+        from rlinf.scheduler.local.links import send
+
+        return send(link, tensors)
     if link.rank != 0:
         raise RuntimeError(f"link {link.name!r}: only its source (rank 0) sends; this is rank {link.rank}")
     specs, problem = _specs_of(tensors, link.backend)
@@ -289,6 +298,10 @@ def _stable_addresses(tensors, specs: list) -> tuple | None:
 def recv_tensor_stream(link: _LinkState, own: bool = False) -> TensorStream:
     """Start receiving what the source's :func:`send_tensors` sends: the header now, the tensors as
     the returned stream is iterated (``own=True``: each tensor is a fresh copy that stays valid)."""
+    if getattr(link, "local", False):
+        from rlinf.scheduler.local.links import recv_stream
+
+        return recv_stream(link, own)
     if link.rank == 0:
         raise RuntimeError(f"link {link.name!r}: its source (rank 0) cannot receive")
     header = _broadcast_object(link, None)

@@ -27,44 +27,54 @@ ENV_GROUP = "RLINF_GROUP_NAME"
 ENV_NODE_RANK = "RLINF_NODE_RANK"
 ENV_ACCELERATORS = "RLINF_ACCELERATORS"
 ENV_HAS_GPUS = "RLINF_HAS_GPUS"
+#: local mode only: the CUDA index of the worker's first GPU (a Ray worker sees its GPUs as 0..n-1)
+ENV_DEVICE_INDEX = "RLINF_DEVICE_INDEX"
+_MISSING = object()
 
 
 class Worker:
     """Base class of everything launched by a :class:`~rlinf.scheduler.WorkerGroup`.
 
     Attributes are read from the process environment, so subclasses need not call
-    ``super().__init__()``.
+    ``super().__init__()``. In local mode (``cluster.backend: local``) several workers share one
+    process: each instance then carries its own mapping (``_rlinf_env``), consulted first.
     """
+
+    def _rlinf_env_value(self, key: str, default: Any = _MISSING) -> str:
+        own = self.__dict__.get("_rlinf_env")
+        if own is not None and key in own:
+            return own[key]
+        return os.environ[key] if default is _MISSING else os.environ.get(key, default)
 
     @property
     def rank(self) -> int:
         """Rank of this process in its group."""
-        return int(os.environ["RANK"])
+        return int(self._rlinf_env_value("RANK"))
 
     @property
     def world_size(self) -> int:
         """Number of processes in the group."""
-        return int(os.environ["WORLD_SIZE"])
+        return int(self._rlinf_env_value("WORLD_SIZE"))
 
     @property
     def local_rank(self) -> int:
         """Index among this group's processes on the same node."""
-        return int(os.environ["LOCAL_RANK"])
+        return int(self._rlinf_env_value("LOCAL_RANK"))
 
     @property
     def group_name(self) -> str:
         """Name of the worker group (the component name by default)."""
-        return os.environ[ENV_GROUP]
+        return self._rlinf_env_value(ENV_GROUP)
 
     @property
     def node_rank(self) -> int:
         """Placement rank of the node this process runs on."""
-        return int(os.environ[ENV_NODE_RANK])
+        return int(self._rlinf_env_value(ENV_NODE_RANK))
 
     @property
     def accelerators(self) -> tuple[int, ...]:
         """Node-local accelerator ids placed on this process (logical slots on CPU clusters)."""
-        raw = os.environ.get(ENV_ACCELERATORS, "")
+        raw = self._rlinf_env_value(ENV_ACCELERATORS, "")
         return tuple(int(a) for a in raw.split(",") if a)
 
     @property
@@ -72,8 +82,8 @@ class Worker:
         """``torch.device`` to compute on: ``cuda:0`` (first visible GPU) on GPU nodes, else ``cpu``."""
         import torch
 
-        if os.environ.get(ENV_HAS_GPUS) == "1" and torch.cuda.is_available():
-            return torch.device("cuda", 0)
+        if self._rlinf_env_value(ENV_HAS_GPUS, None) == "1" and torch.cuda.is_available():
+            return torch.device("cuda", int(self._rlinf_env_value(ENV_DEVICE_INDEX, "0")))
         return torch.device("cpu")
 
     def init_process_group(self, backend: str | None = None, timeout_s: float = 300.0) -> None:
@@ -149,6 +159,22 @@ class Worker:
     def _rlinf_pipe_connect(self, name, peer_rank, peer, host, port, timeout_s):
         self._rlinf_pipe_ends().connect(name, self.rank, peer_rank, peer, host, port, timeout_s)
 
+    def _rlinf_pipe_install(self, name, ends):
+        """Local mode: this worker's ends of pipe ``name`` (peer rank -> (socket, peer name)),
+        replacing the ones of that name."""
+        from rlinf.scheduler.pipe import Pipe
+
+        pipes = self._rlinf_pipe_ends()
+        pipes.close(name)
+        pipes.pipes[name] = {peer_rank: Pipe(sock, name, peer) for peer_rank, (sock, peer) in ends.items()}
+
+    def _rlinf_join_local_link(self, name, end):
+        """Local mode: this worker's end of tensor link ``name`` (an in-memory hand-over)."""
+        end.device = self.device
+        if not hasattr(self, "_rlinf_links"):
+            self._rlinf_links = {}
+        self._rlinf_links[name] = end
+
     def _rlinf_link(self, name: str):
         links = getattr(self, "_rlinf_links", {})
         if name not in links:
@@ -168,8 +194,11 @@ class Worker:
 
     def _rlinf_link_path(self, name: str) -> str:
         """How link ``name`` moves tensors: ``in place`` (receivers read the source's memory),
-        ``staging`` (two-slot shared memory) or ``process group`` (broadcasts)."""
+        ``staging`` (two-slot shared memory), ``process group`` (broadcasts) or ``in process``
+        (local mode)."""
         link = self._rlinf_link(name)
+        if getattr(link, "local", False):
+            return "in process"
         return "in place" if link.cma else "staging" if link.one_host else "process group"
 
     def _rlinf_device_type(self) -> str:
@@ -190,6 +219,6 @@ class Worker:
         return value, None, time.perf_counter() - start
 
     def _rlinf_ping(self) -> tuple[str, int]:
-        import ray
+        import ray  # local mode answers pings without calling this
 
         return ray.get_runtime_context().get_node_id(), os.getpid()

@@ -79,12 +79,17 @@ class WorkerGroup:
         Raises:
             WorkerError / WorkerDiedError: a rank's ``__init__`` failed.
         """
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
             raise TypeError(f"worker_cls must subclass rlinf.scheduler.Worker, got {worker_cls!r}")
         name = name or placement.name
+        if getattr(cluster, "is_local", False):  # cluster.backend: local: instances in this process
+            group = cluster.launch(cls, worker_cls, placement, name, args, kwargs, env, max_concurrency)
+            if wait:
+                group.wait_started(start_timeout)
+            return group
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         master = cluster.node(placement.processes[0].node)
         master_port = free_port_on(master)
         # A separate one-thread concurrency group answers liveness pings while the worker is busy.
@@ -158,7 +163,7 @@ class WorkerGroup:
         if len(per_rank_args) != self.world_size:
             raise ValueError(f"{self.name} has {self.world_size} ranks but {len(per_rank_args)} "
                              "argument tuples were given")
-        refs = [actor._rlinf_call.remote(method, *args, **kwargs)
+        refs = [self._submit(actor, method, tuple(args), kwargs)
                 for actor, args in zip(self.actors, per_rank_args)]
         return GroupCall(self, method, list(range(self.world_size)), refs)
 
@@ -170,11 +175,22 @@ class WorkerGroup:
                 raise IndexError(f"{self.name} has ranks 0-{self.world_size - 1}, not {r!r}")
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"ranks {ranks} of {self.name} name a rank twice")
-        calls = [self.actors[r]._rlinf_call for r in ranks]
-        if _control:
-            calls = [c.options(concurrency_group=_CONTROL_GROUP) for c in calls]
-        refs = [c.remote(method, *args, **kwargs) for c in calls]
+        refs = [self._submit(self.actors[r], method, args, kwargs, _control) for r in ranks]
         return GroupCall(self, method, ranks, refs)
+
+    @property
+    def is_local(self) -> bool:
+        """True for a group of ``cluster.backend: local`` (instances in this process)."""
+        return bool(getattr(self.cluster, "is_local", False))
+
+    def _submit(self, actor, method: str, args: tuple, kwargs: dict, control: bool = False):
+        """One rank's ``_rlinf_call``: a Ray object ref, or a future in local mode."""
+        if self.is_local:
+            return actor.call(method, args, kwargs, control)
+        call = actor._rlinf_call
+        if control:
+            call = call.options(concurrency_group=_CONTROL_GROUP)
+        return call.remote(method, *args, **kwargs)
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
@@ -189,7 +205,12 @@ class WorkerGroup:
         self._execute("_rlinf_ping", _control=True).wait(timeout=timeout)
 
     def shutdown(self) -> None:
-        """Kill every process of the group."""
+        """Kill every process of the group (local mode: stop its threads taking calls)."""
+        if self.is_local:
+            for actor in self.actors:
+                actor.shutdown()
+            self.actors = []
+            return
         import ray
 
         for actor in self.actors:

@@ -92,6 +92,12 @@ class Channel:
         Raises:
             ValueError: the channel exists with another ``maxsize``.
         """
+        from rlinf.scheduler import local
+
+        if local.is_active():  # cluster.backend: local: queues in this process
+            from rlinf.scheduler.local.channel import LocalChannel
+
+            return LocalChannel.create(name, maxsize, node_id)
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -118,6 +124,12 @@ class Channel:
     @classmethod
     def connect(cls, name: str, timeout: float = 30.0) -> "Channel":
         """Open an existing channel, waiting up to ``timeout`` seconds for it to be created."""
+        from rlinf.scheduler import local
+
+        if local.is_active():
+            from rlinf.scheduler.local.channel import LocalChannel
+
+            return LocalChannel.connect(name, timeout)
         import ray
 
         deadline = time.monotonic() + timeout

@@ -43,6 +43,10 @@ class WebEnvWorker(Worker):
 
     @staticmethod
     def _host() -> str:
+        from rlinf.scheduler import local
+
+        if local.is_active():  # cluster.backend: local: everything is in this process
+            return "127.0.0.1"
         try:
             import ray
 
