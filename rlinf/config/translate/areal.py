@@ -412,6 +412,8 @@ def actor(t: Translation) -> None:
     """Actor keys that depend on the training backend, the optimizer type, min LR, micro-batches."""
     megatron = t.value("actor.training_backend") == "megatron"
     precision = DTYPES.get(str(t.get("actor.dtype", "")), None)
+    if precision is not None:
+        t.set("actor.dtype", "actor.model.precision", precision)
     if megatron and precision in ("bf16", "fp16"):
         t.set("actor.dtype", f"actor.optim.{precision}", True, "Megatron mixed precision")
     if t.has("actor.gradient_checkpointing"):

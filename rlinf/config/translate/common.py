@@ -152,6 +152,8 @@ def show(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(show(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {show(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -269,9 +271,10 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def result_tree(t: Translation) -> dict[str, Any]:
-    """The whole output config: :func:`base_config` + the translated keys, sections in order."""
-    tree = merge(base_config(), t.out)
+def result_tree(t: Translation, name: str = "translated") -> dict[str, Any]:
+    """The whole output config: :func:`base_config` + the translated keys, sections in order
+    (``name``: the run name when the source has none)."""
+    tree = merge(merge(base_config(), {"runner": {"experiment_name": name, "output_dir": "results"}}), t.out)
     return {k: tree[k] for k in sorted(tree, key=lambda k: (SECTION_ORDER + (k,)).index(k))}
 
 
@@ -283,7 +286,7 @@ def to_yaml(tree: dict[str, Any], source_path: str, kind: str) -> str:
               f"# `python -m rlinf.config.translate --from {kind.lower()}`. Keys the source does not set take\n"
               f"# rlinf's defaults; `--explain` lists every source key: what it became, or why it was not\n"
               f"# translated.\n")
-    return header + yaml.safe_dump(tree, sort_keys=False, default_flow_style=None, width=100)
+    return header + yaml.safe_dump(tree, sort_keys=False, default_flow_style=False, width=100)
 
 
 def model_and_data_paths(tree: dict[str, Any]) -> list[str]:
@@ -303,12 +306,17 @@ def check_result(tree: dict[str, Any]) -> bool:
         ConfigError: the first key the math config refuses.
     """
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     from rlinf.config.math import MathConfig
+    from rlinf.utils.typed_config import ConfigError
     from rlinf.config.resolvers import register_resolvers
 
     register_resolvers()
-    resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
+    try:
+        resolved = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(getattr(exc, "full_key", "") or "config"), str(exc).splitlines()[0]) from None
     paths = model_and_data_paths(resolved)
     on_disk = bool(paths) and all(os.path.exists(p) for p in paths)
     MathConfig.from_dict(resolved, check_paths=on_disk)
