@@ -18,6 +18,7 @@ thread does not is made up here:
   same trace function is installed in the worker's threads, so breakpoints in worker methods fire.
 
 Control calls (liveness pings) are answered at once, as in Ray's separate concurrency group.
+Workers' ``__init__`` s run one at a time (model loading patches process-wide state).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from typing import Any, Callable
 #: torch's default seed of a fresh process (``default_rng_seed_val``): each worker starts there
 FRESH_TORCH_SEED = 67280421310721
 _STOP = object()
+#: ``__init__`` s run one at a time: model loading patches process-wide state (transformers'
+#: meta-device / empty-weights contexts), which separate processes never share
+_CONSTRUCTING = threading.Lock()
 
 
 class InitFailed(Exception):
@@ -186,7 +190,7 @@ class LocalActor:
                 future.set_exception(exc)
 
     def _construct(self, worker_cls: type, env: dict, args: tuple, kwargs: dict) -> None:
-        with self._own_random():
+        with _CONSTRUCTING, self._own_random():
             instance = worker_cls.__new__(worker_cls)
             object.__setattr__(instance, "_rlinf_env", dict(env))
             try:
