@@ -7,11 +7,16 @@ Conventions: token tensors are ``[batch, seq]`` with a float or bool ``response_
 
 Public API (registry key in brackets):
 
-Advantages (``adv_type``, each returns ``(advantages, returns)``):
-    compute_grpo_advantages          ["grpo"]
-    compute_reinpp_advantages        ["reinpp", "reinforce_plus_plus"]
-    compute_reinpp_baseline_advantages ["reinpp_baseline", "reinforce_plus_plus_baseline"]
-    compute_gae_advantages           ["gae"]
+Advantages (``adv_type``): registered estimators ``fn(AdvantageInputs) -> AdvantageOutputs``
+(see :mod:`rlinf.algorithms.registry`), each over a tensor function returning
+``(advantages, returns)``:
+    grpo_estimator ["grpo"]                        compute_grpo_advantages
+    reinpp_estimator ["reinpp"]                    compute_reinpp_advantages
+    reinpp_baseline_estimator ["reinpp_baseline"]  compute_reinpp_baseline_advantages
+    rloo_estimator ["rloo"]                        compute_rloo_advantages
+    gae_estimator ["gae"]                          compute_gae_advantages
+    embodied (``rlinf.algorithms.embodied``): embodied_grpo_estimator ["grpo"],
+    embodied_gae_estimator ["gae"]
     group_mean_baseline, rewards_to_last_token, discounted_returns
 Policy losses (``loss_type``, each returns ``(loss, metrics)``):
     compute_ppo_loss                 ["ppo"]
@@ -22,26 +27,31 @@ Other losses: aggregate_loss (``loss_agg_func``), compute_value_loss, entropy_fr
 KL (``kl_penalty_type``): compute_kl, kl_k1 ["kl", "k1"], kl_abs ["abs"], kl_k2 ["mse", "k2"],
     kl_k3 ["low_var_kl", "k3"], apply_kl_penalty_to_rewards
 Batch shaping: dynamic_sampling_filter, overlong_penalty, scale_math_rewards, pack_micro_batches
-Registries: register_advantage, register_policy_loss, register_kl_penalty, get_advantage_fn,
-    get_policy_loss_fn, get_kl_fn
+Registries: register_advantage, register_embodied_advantage, register_policy_loss,
+    register_kl_penalty, advantage_registry, get_advantage_estimator, get_policy_loss_fn, get_kl_fn
 Masked helpers: masked_sum, masked_mean, masked_whiten
 
->>> from rlinf.algorithms import get_advantage_fn
->>> get_advantage_fn("gae").__name__
-'compute_gae_advantages'
+>>> from rlinf.algorithms import get_advantage_estimator
+>>> get_advantage_estimator("gae").needs_critic
+True
 """
 
 from rlinf.algorithms.advantages import (
     compute_grpo_advantages,
     compute_reinpp_advantages,
     compute_reinpp_baseline_advantages,
+    compute_rloo_advantages,
     discounted_returns,
     group_mean_baseline,
+    grpo_estimator,
+    reinpp_baseline_estimator,
+    reinpp_estimator,
     rewards_to_last_token,
+    rloo_estimator,
 )
 from rlinf.algorithms.batching import pack_micro_batches
 from rlinf.algorithms.entropy import compute_entropy_loss, entropy_from_logits
-from rlinf.algorithms.gae import compute_gae_advantages
+from rlinf.algorithms.gae import compute_gae_advantages, gae_estimator
 from rlinf.algorithms.kl import (
     apply_kl_penalty_to_rewards,
     compute_kl,
@@ -55,13 +65,20 @@ from rlinf.algorithms.loss_agg import LOSS_AGG_MODES, aggregate_loss
 from rlinf.algorithms.policy_loss import clipped_surrogate, compute_decoupled_ppo_loss, compute_ppo_loss
 from rlinf.algorithms.registry import (
     ADVANTAGES,
+    EMBODIED_ADVANTAGES,
     KL_PENALTIES,
     POLICY_LOSSES,
+    AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageOutputs,
+    AdvantageRegistry,
     Registry,
-    get_advantage_fn,
+    advantage_registry,
+    get_advantage_estimator,
     get_kl_fn,
     get_policy_loss_fn,
     register_advantage,
+    register_embodied_advantage,
     register_kl_penalty,
     register_policy_loss,
 )
@@ -76,11 +93,17 @@ from rlinf.algorithms.value_loss import compute_value_loss
 
 __all__ = [
     "ADVANTAGES",
+    "AdvantageEstimator",
+    "AdvantageInputs",
+    "AdvantageOutputs",
+    "AdvantageRegistry",
+    "EMBODIED_ADVANTAGES",
+    "GroupFilterResult",
     "KL_PENALTIES",
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
-    "GroupFilterResult",
     "Registry",
+    "advantage_registry",
     "aggregate_loss",
     "apply_kl_penalty_to_rewards",
     "clipped_surrogate",
@@ -93,14 +116,17 @@ __all__ = [
     "compute_ppo_loss",
     "compute_reinpp_advantages",
     "compute_reinpp_baseline_advantages",
+    "compute_rloo_advantages",
     "compute_value_loss",
     "discounted_returns",
     "dynamic_sampling_filter",
     "entropy_from_logits",
-    "get_advantage_fn",
+    "gae_estimator",
+    "get_advantage_estimator",
     "get_kl_fn",
     "get_policy_loss_fn",
     "group_mean_baseline",
+    "grpo_estimator",
     "kl_abs",
     "kl_k1",
     "kl_k2",
@@ -111,8 +137,12 @@ __all__ = [
     "overlong_penalty",
     "pack_micro_batches",
     "register_advantage",
+    "register_embodied_advantage",
     "register_kl_penalty",
     "register_policy_loss",
+    "reinpp_baseline_estimator",
+    "reinpp_estimator",
     "rewards_to_last_token",
+    "rloo_estimator",
     "scale_math_rewards",
 ]

@@ -1,9 +1,11 @@
-"""Outcome-reward advantage estimators: GRPO, REINFORCE++ and REINFORCE++-baseline.
+"""Outcome-reward advantage estimators: GRPO, REINFORCE++, REINFORCE++-baseline and RLOO.
 
-Every estimator is registered under its ``adv_type`` name and returns
-``(advantages, returns)``, both ``[batch, seq]``, zero outside ``response_mask`` and detached
-from the autograd graph. Sequence rewards are ``[batch]``; with groups, the batch is
-``n_prompts * group_size`` with each prompt's ``group_size`` samples consecutive.
+Each has a tensor function (``compute_*_advantages``, returning ``(advantages, returns)``) and,
+beside it, its registered estimator (``<name>_estimator(AdvantageInputs) -> AdvantageOutputs``,
+the ``algorithm.adv_type`` of that name; see :mod:`rlinf.algorithms.registry`). Outputs are
+``[batch, seq]``, zero outside ``response_mask`` and detached from the autograd graph. Sequence
+rewards are ``[batch]``; with groups, the batch is ``n_prompts * group_size`` with each prompt's
+``group_size`` samples consecutive.
 
 Masked positions are *transparent* for discounting: a token's return skips masked positions
 (no reward taken from them, no discount step spent on them), so padding at the end and masked
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from rlinf.algorithms.registry import register_advantage
+from rlinf.algorithms.registry import AdvantageInputs, AdvantageOutputs, register_advantage
 from rlinf.algorithms.utils import (
     check_group_size,
     check_mask,
@@ -91,7 +93,6 @@ def discounted_returns(token_rewards: torch.Tensor, response_mask: torch.Tensor,
     return torch.stack(columns[::-1], dim=1)
 
 
-@register_advantage("grpo")
 def compute_grpo_advantages(
     rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -142,7 +143,17 @@ def compute_grpo_advantages(
     return advantages, advantages.clone()
 
 
-@register_advantage("reinpp", "reinforce_plus_plus")
+@register_advantage("grpo", needs_groups=True)
+def grpo_estimator(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """GRPO: A_{i,t} = (R_i - mean_g) / (std_g + 1e-6) * mask_{i,t} (std_g unbiased; without
+    ``normalize_advantages`` only the mean is subtracted; a group of equal rewards gets 0);
+    returns = advantages. Ignores ``kl_penalty`` (GRPO puts the KL in the loss).
+    See :func:`compute_grpo_advantages`."""
+    return AdvantageOutputs(*compute_grpo_advantages(
+        inputs.rewards, inputs.response_mask, inputs.group_size,
+        normalize_advantages=inputs.normalize_advantages))
+
+
 def compute_reinpp_advantages(
     rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -191,7 +202,17 @@ def compute_reinpp_advantages(
     return advantages, returns
 
 
-@register_advantage("reinpp_baseline", "reinforce_plus_plus_baseline")
+@register_advantage("reinpp")
+def reinpp_estimator(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REINFORCE++: token reward r_{i,t} = R_i [t = last valid token] - kl_penalty_{i,t},
+    return G_{i,t} = r_{i,t} + gamma * G_{i,next(t)}, advantage = G whitened over every valid
+    token of the batch ((G - mean) / (std + 1e-6), unbiased std; G itself without
+    ``normalize_advantages``). See :func:`compute_reinpp_advantages`."""
+    return AdvantageOutputs(*compute_reinpp_advantages(
+        inputs.rewards, inputs.response_mask, gamma=inputs.gamma, kl_penalty=inputs.kl_penalty,
+        normalize_advantages=inputs.normalize_advantages))
+
+
 def compute_reinpp_baseline_advantages(
     rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -238,7 +259,21 @@ def compute_reinpp_baseline_advantages(
     )
 
 
-@register_advantage("rloo")
+@register_advantage("reinpp_baseline", needs_groups=True)
+def reinpp_baseline_estimator(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """REINFORCE++-baseline (Hu et al., arXiv 2501.03262; OpenRLHF's ``reinforce_baseline``):
+    subtract the group mean of the scalar rewards, R'_i = R_i - mean_{j in g(i)} R_j, then
+    REINFORCE++ on R': token reward r_{i,t} = R'_i [t = last valid token] - kl_penalty_{i,t},
+    G_{i,t} = r_{i,t} + gamma * G_{i,next(t)}, advantage = (G - mean) / (std + 1e-6) over
+    every valid token of the batch (unbiased std). With gamma = 1 and no KL every valid token
+    of sample i gets (R'_i - mu) / (sigma + 1e-6). Unlike GRPO the scale is the batch's, not
+    the group's, so a group of near-equal rewards is not blown up.
+    See :func:`compute_reinpp_baseline_advantages`."""
+    return AdvantageOutputs(*compute_reinpp_baseline_advantages(
+        inputs.rewards, inputs.response_mask, inputs.group_size, gamma=inputs.gamma,
+        kl_penalty=inputs.kl_penalty, normalize_advantages=inputs.normalize_advantages))
+
+
 def compute_rloo_advantages(
     rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -270,3 +305,14 @@ def compute_rloo_advantages(
     if normalize_advantages:
         adv = masked_whiten(adv, mask) * mask
     return adv, adv.clone()
+
+
+@register_advantage("rloo", needs_groups=True)
+def rloo_estimator(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """RLOO: A_i = R_i - mean of the other k - 1 rewards of the group = k / (k - 1) * (R_i -
+    mean_g), k = ``group_size`` >= 2, broadcast over the response tokens and, with
+    ``normalize_advantages``, whitened over the batch's valid tokens; returns = advantages.
+    Ignores ``kl_penalty``. See :func:`compute_rloo_advantages`."""
+    return AdvantageOutputs(*compute_rloo_advantages(
+        inputs.rewards, inputs.response_mask, inputs.group_size,
+        normalize_advantages=inputs.normalize_advantages))

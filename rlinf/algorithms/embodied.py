@@ -17,6 +17,7 @@ from typing import Literal
 
 import torch
 
+from rlinf.algorithms.registry import AdvantageInputs, AdvantageOutputs, register_embodied_advantage
 from rlinf.algorithms.utils import check_group_size, check_unit_interval
 
 RewardType = Literal["chunk_level", "action_level"]
@@ -118,6 +119,67 @@ def compute_embodied_grpo(episode_returns: torch.Tensor, group_size: int,
     if normalize_advantages and group_size > 1:
         adv = adv / (r.std(dim=1, keepdim=True) + eps)
     return adv.view(-1)
+
+
+@register_embodied_advantage("grpo", needs_groups=True)
+def embodied_grpo_estimator(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Embodied GRPO: each env's first-episode return R_n = sum_t r_{t,n} * alive_{t,n}
+    (``alive`` = :func:`episode_mask`; action-level rewards summed over the chunk first),
+    A_n = (R_n - mean_g) / (std_g + 1e-6) over the ``group_size`` envs that share a reset state
+    (unbiased std; only the mean without ``normalize_advantages``), broadcast over the alive
+    steps (and the actions of a chunk): A_{t,n(,k)} = A_n * alive_{t,n}; returns are 0 (no value
+    head). See :func:`compute_embodied_grpo`.
+
+    >>> out = embodied_grpo_estimator(AdvantageInputs(
+    ...     torch.tensor([[1.0, 0.0], [5.0, 0.0]]), dones=torch.tensor([[True, False], [False, True]]),
+    ...     group_size=2, normalize_advantages=False))
+    >>> out.advantages.tolist()  # R = (1, 0): A = (+.5, -.5); env 0 is done after step 0
+    [[0.5, -0.5], [0.0, -0.5]]
+    """
+    rewards = inputs.rewards
+    alive = episode_mask(inputs.dones).float()
+    per_step = rewards if rewards.dim() == 2 else rewards.sum(-1)
+    episode_returns = (per_step * alive).sum(dim=0)
+    adv_env = compute_embodied_grpo(episode_returns, inputs.group_size,
+                                    normalize_advantages=inputs.normalize_advantages)
+    adv = adv_env.unsqueeze(0) * alive
+    if rewards.dim() == 3:
+        adv = adv.unsqueeze(-1).expand_as(rewards)
+    return AdvantageOutputs(adv, torch.zeros_like(adv))
+
+
+@register_embodied_advantage("gae", needs_critic=True)
+def embodied_gae_estimator(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """Embodied PPO's GAE (:func:`compute_embodied_gae`) with the value head's values: the
+    bootstrap gamma * V(final obs) of a time-limit cut (``bootstrap_values``) is added to that
+    step's reward (to the last action of the chunk when action-level), then with
+    c_t = 1 - dones_t: delta_t = r_t + gamma * c_t * V_{t+1} - V_t,
+    A_t = delta_t + gamma * lam * c_t * A_{t+1}, returns_t = A_t + V_t; A whitened over the
+    whole rollout with ``normalize_advantages``. Action-level rewards ``[T, N, K]`` run as a time
+    axis of T*K steps (:func:`flatten_actions`) and come back as ``[T, N, K]``.
+
+    >>> out = embodied_gae_estimator(AdvantageInputs(
+    ...     torch.tensor([[1.0]]), values=torch.tensor([[0.5], [2.0]]), dones=torch.tensor([[False]]),
+    ...     gamma=0.5, lam=1.0, normalize_advantages=False))
+    >>> out.advantages.tolist(), out.returns.tolist()  # 1 + .5 * 2 - .5; A + V
+    ([[1.5]], [[2.0]])
+    """
+    rewards, values, dones, gamma = inputs.rewards, inputs.values, inputs.dones, inputs.gamma
+    if values is None:
+        raise ValueError("gae needs values: the policy has no value head (critic.use_critic_model)")
+    boot = gamma * (inputs.bootstrap_values if inputs.bootstrap_values is not None
+                    else torch.zeros_like(dones, dtype=torch.float32))
+    if rewards.dim() == 2:
+        return AdvantageOutputs(*compute_embodied_gae(rewards + boot, values, dones, gamma, inputs.lam,
+                                                      inputs.normalize_advantages))
+    T, N, K = rewards.shape
+    rewards = rewards.clone()
+    rewards[:, :, -1] += boot
+    flat_r, flat_d = flatten_actions(rewards, dones)
+    flat_v = torch.cat([flatten_actions(values[:T]), values[T][:, :1].T], dim=0)
+    adv, ret = compute_embodied_gae(flat_r, flat_v, flat_d, gamma, inputs.lam, inputs.normalize_advantages)
+    unflat = lambda x: x.reshape(T, K, N).permute(0, 2, 1)  # noqa: E731
+    return AdvantageOutputs(unflat(adv), unflat(ret))
 
 
 def episode_mask(dones: torch.Tensor) -> torch.Tensor:

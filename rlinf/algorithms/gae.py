@@ -1,10 +1,12 @@
-"""Generalised advantage estimation (GAE) for PPO with a critic."""
+"""Generalised advantage estimation (GAE) for PPO with a critic: :func:`compute_gae_advantages`
+over token rewards, and :func:`gae_estimator`, the ``adv_type: gae`` of math runs."""
 
 from __future__ import annotations
 
 import torch
 
-from rlinf.algorithms.registry import register_advantage
+from rlinf.algorithms.advantages import rewards_to_last_token
+from rlinf.algorithms.registry import AdvantageInputs, AdvantageOutputs, register_advantage
 from rlinf.algorithms.utils import (
     check_mask,
     check_nonnegative,
@@ -15,7 +17,6 @@ from rlinf.algorithms.utils import (
 )
 
 
-@register_advantage("gae")
 def compute_gae_advantages(
     token_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -83,3 +84,26 @@ def compute_gae_advantages(
     if normalize_advantages:
         advantages = masked_whiten(advantages, m, eps)
     return advantages, returns
+
+
+@register_advantage("gae", needs_critic=True)
+def gae_estimator(inputs: AdvantageInputs) -> AdvantageOutputs:
+    """PPO's GAE on a token batch: token reward r_t = R [t = last valid token] - kl_penalty_t,
+    delta_t = r_t + gamma * V_next(t) - V_t, A_t = delta_t + gamma * lam * A_next(t) (0 past
+    the last valid token), returns_t = A_t + V_t; A whitened over the batch's valid tokens with
+    ``normalize_advantages``. See :func:`compute_gae_advantages`.
+
+    >>> out = gae_estimator(AdvantageInputs(
+    ...     torch.tensor([1.0]), torch.tensor([[1, 1, 0]]), values=torch.tensor([[0.5, 0.5, 9.0]]),
+    ...     normalize_advantages=False))
+    >>> out.advantages, out.returns  # A_1 = 1 - .5; A_0 = (0 + .5 - .5) + .5; padding 0
+    (tensor([[0.5000, 0.5000, 0.0000]]), tensor([[1., 1., 0.]]))
+    """
+    if inputs.values is None:
+        raise ValueError("adv_type gae needs critic values (AdvantageInputs.values)")
+    token_rewards = rewards_to_last_token(inputs.rewards, inputs.response_mask).to(inputs.values.dtype)
+    if inputs.kl_penalty is not None:
+        token_rewards = token_rewards - inputs.kl_penalty
+    return AdvantageOutputs(*compute_gae_advantages(
+        token_rewards, inputs.values, inputs.response_mask, gamma=inputs.gamma, lam=inputs.lam,
+        normalize_advantages=inputs.normalize_advantages))

@@ -6,7 +6,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlinf.algorithms.registry import AdvantageEstimator, advantage_registry
 from rlinf.utils.typed_config import check, rule
+
+#: run kinds and their advantage registries (``rlinf.algorithms.registry``)
+ADVANTAGE_KINDS = {"llm": "math / LLM", "embodied": "embodied"}
+#: ``algorithm.adv_type``: exactly the registered estimators, of every kind of run (a root config
+#: refuses a name its kind lacks, see :meth:`AlgorithmConfig.estimator`)
+ADV_TYPES = tuple(sorted({name for kind in ADVANTAGE_KINDS for name in advantage_registry(kind).names()}))
+AdvType = Literal[ADV_TYPES]  # type: ignore[valid-type]
 
 
 @dataclass(frozen=True)
@@ -118,8 +126,12 @@ class AlgorithmConfig:
         val_rollout_batch_size_per_gpu: validation generation micro-batch per process.
         loss_type: policy loss (ppo, or decoupled_ppo for off-policy batches).
         loss_agg_func: token-mean, seq-mean-token-sum or seq-mean-token-mean.
-        adv_type: grpo, gae (with a critic), reinpp, or rloo (leave-one-out baseline: each
-            sample's baseline is the mean reward of the other samples of its group).
+        adv_type: the advantage estimator, a name registered in ``rlinf.algorithms.registry``:
+            grpo (group-normalised), gae (PPO with a critic / value head), reinpp (REINFORCE++:
+            returns whitened over the batch), reinpp_baseline (REINFORCE++ minus the group mean
+            reward, then whitened over the batch) or rloo (leave-one-out baseline: each sample's
+            baseline is the mean reward of the other samples of its group); embodied runs take
+            gae or grpo.
         reward_clip: math: rewards are clipped to [-reward_clip, reward_clip] before the
             advantages (AReaL's key); null = off.
         reward_norm: math: reward normalisation before the advantages (see
@@ -139,7 +151,7 @@ class AlgorithmConfig:
             the step minimises the token-mean loss of the whole minibatch however it is split
             over ranks and micro-batches; false = every micro-batch weighs the same (the mean of
             the micro-batch losses, as the reference's default).
-        gamma, lam: discount and GAE lambda (gae / reinpp).
+        gamma, lam: discount and GAE lambda (gae / reinpp / reinpp_baseline).
         dynamic_sampling: DAPO: drop groups whose rewards are all equal and refill the batch.
         max_dynamic_sampling_rounds: extra rollout rounds allowed to refill one batch.
         overlong_buffer_len: DAPO overlong penalty buffer (tokens); 0 disables.
@@ -184,7 +196,7 @@ class AlgorithmConfig:
     val_rollout_batch_size_per_gpu: int = rule(4, scope="math")
     loss_type: Literal["ppo", "decoupled_ppo"] = "ppo"
     loss_agg_func: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
-    adv_type: Literal["grpo", "gae", "reinpp", "rloo"] = "grpo"
+    adv_type: AdvType = "grpo"
     reward_clip: float | None = rule(None, scope="math")
     reward_norm: RewardNormConfig | None = rule(None, scope="math")
     normalize_advantages: bool = True
@@ -228,7 +240,9 @@ class AlgorithmConfig:
                     "rollout_epoch", "update_epochs"):
             value = getattr(self, key)
             check(value >= 1, f"{path}.{key}", f"must be >= 1, got {value}")
-        check(self.adv_type not in ("grpo", "rloo") or self.group_size > 1, f"{path}.group_size",
+        needs_groups = any(advantage_registry(kind).get(self.adv_type).needs_groups
+                           for kind in ADVANTAGE_KINDS if self.adv_type in advantage_registry(kind))
+        check(not needs_groups or self.group_size > 1, f"{path}.group_size",
               f"{self.adv_type} needs group_size > 1 (a group baseline), got {self.group_size}")
         check(self.reward_clip is None or self.reward_clip > 0, f"{path}.reward_clip",
               f"must be > 0 or null, got {self.reward_clip}")
@@ -258,3 +272,19 @@ class AlgorithmConfig:
         check(math.isfinite(self.entropy_bonus), f"{path}.entropy_bonus", f"must be finite, got {self.entropy_bonus}")
         check(self.max_head_offpolicyness >= 0, f"{path}.max_head_offpolicyness",
               f"must be >= 0, got {self.max_head_offpolicyness}")
+
+    def estimator(self, kind: str, path: str = "algorithm") -> AdvantageEstimator:
+        """The estimator ``adv_type`` selects for ``kind`` of run (``"llm"`` or ``"embodied"``);
+        its ``needs_critic`` / ``needs_groups`` drive the root configs' checks.
+
+        >>> AlgorithmConfig(adv_type="gae").estimator("llm").needs_critic
+        True
+        >>> AlgorithmConfig(adv_type="reinpp").estimator("embodied")
+        Traceback (most recent call last):
+        ...
+        rlinf.utils.typed_config.ConfigError: algorithm.adv_type: embodied runs use one of gae, grpo, got 'reinpp'
+        """
+        registry = advantage_registry(kind)
+        check(self.adv_type in registry, f"{path}.adv_type",
+              f"{ADVANTAGE_KINDS[kind]} runs use one of {', '.join(registry.names())}, got {self.adv_type!r}")
+        return registry.get(self.adv_type)

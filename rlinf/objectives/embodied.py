@@ -14,16 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from rlinf.algorithms import compute_ppo_loss, compute_value_loss
-from rlinf.algorithms.embodied import (
-    aggregate_logprobs,
-    chunk_rewards,
-    compute_embodied_gae,
-    compute_embodied_grpo,
-    episode_mask,
-    expand_like,
-    flatten_actions,
-)
+from rlinf.algorithms import AdvantageInputs, compute_ppo_loss, compute_value_loss, get_advantage_estimator
+from rlinf.algorithms.embodied import aggregate_logprobs, chunk_rewards, expand_like
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.embodied_batch import Trajectory
 
@@ -77,31 +69,15 @@ def embodied_ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
 
 def embodied_advantages(traj: Trajectory, algo: AlgorithmConfig, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages, returns)`` ``[T, N]`` (chunk-level) or ``[T, N, K]`` (action-level) of a
-    rollout: grpo over episodes of the same start state (``group_size`` envs,
-    ``env.train.group_size``), else GAE with the value head's values and bootstrap values."""
-    rewards = chunk_rewards(traj.rewards, algo.reward_type)
-    if algo.adv_type == "grpo":
-        alive = episode_mask(traj.dones).float()
-        per_step = rewards if rewards.dim() == 2 else rewards.sum(-1)
-        episode_returns = (per_step * alive).sum(dim=0)
-        adv_env = compute_embodied_grpo(episode_returns, group_size,
-                                        normalize_advantages=algo.normalize_advantages)
-        adv = adv_env.unsqueeze(0) * alive
-        if rewards.dim() == 3:
-            adv = adv.unsqueeze(-1).expand_as(rewards)
-        return adv, torch.zeros_like(adv)
-    if traj.values is None:
-        raise ValueError("gae needs values: the policy has no value head (critic.use_critic_model)")
-    boot = algo.gamma * (traj.bootstrap_values if traj.bootstrap_values is not None
-                         else torch.zeros_like(traj.dones, dtype=torch.float32))
-    if rewards.dim() == 2:
-        return compute_embodied_gae(rewards + boot, traj.values, traj.dones, algo.gamma, algo.lam,
-                                    algo.normalize_advantages)
-    T, N, K = rewards.shape
-    rewards = rewards.clone()
-    rewards[:, :, -1] += boot
-    flat_r, flat_d = flatten_actions(rewards, traj.dones)
-    flat_v = torch.cat([flatten_actions(traj.values[:T]), traj.values[T][:, :1].T], dim=0)
-    adv, ret = compute_embodied_gae(flat_r, flat_v, flat_d, algo.gamma, algo.lam, algo.normalize_advantages)
-    unflat = lambda x: x.reshape(T, K, N).permute(0, 2, 1)  # noqa: E731
-    return unflat(adv), unflat(ret)
+    rollout, from the embodied estimator registered as ``algo.adv_type``
+    (:data:`rlinf.algorithms.registry.EMBODIED_ADVANTAGES`: grpo over episodes of the same start
+    state, ``group_size`` envs = ``env.train.group_size``; gae with the value head's values and
+    bootstrap values)."""
+    estimator = get_advantage_estimator(algo.adv_type, "embodied")
+    if estimator.needs_critic and traj.values is None:
+        raise ValueError(f"{estimator.name} needs values: the policy has no value head (critic.use_critic_model)")
+    out = estimator(AdvantageInputs(
+        rewards=chunk_rewards(traj.rewards, algo.reward_type), values=traj.values, dones=traj.dones,
+        bootstrap_values=traj.bootstrap_values, group_size=group_size, gamma=algo.gamma, lam=algo.lam,
+        normalize_advantages=algo.normalize_advantages))
+    return out.advantages, out.returns

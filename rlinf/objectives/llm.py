@@ -16,12 +16,13 @@ from __future__ import annotations
 import torch
 
 from rlinf.algorithms import (
+    AdvantageInputs,
     compute_decoupled_ppo_loss,
     compute_entropy_loss,
     compute_kl,
     compute_kl_loss,
     compute_ppo_loss,
-    get_advantage_fn,
+    get_advantage_estimator,
     masked_mean,
 )
 from rlinf.algorithms.rewards.shaping import clip_rewards, normalize_rewards
@@ -31,36 +32,29 @@ from rlinf.engines.training.base import LossFn
 
 
 def add_advantages(batch: RolloutBatch, algo: AlgorithmConfig) -> None:
-    """Fill ``batch.advantages`` / ``batch.returns`` with the configured estimator (``adv_type``).
+    """Fill ``batch.advantages`` / ``batch.returns`` with the estimator registered as
+    ``algo.adv_type`` (:mod:`rlinf.algorithms.registry`), after ``reward_clip`` / ``reward_norm``.
 
     With ``kl_beta > 0`` and ``kl_in_reward`` the per-token KL penalty (old vs reference log-probs)
-    is folded into the REINFORCE++ / GAE rewards; GRPO takes the KL in the loss instead.
+    goes to the estimator, which folds it into the token rewards (REINFORCE++, GAE); GRPO and RLOO
+    ignore it (their KL belongs in the loss: ``kl_in_reward: false``).
     """
     if batch.rewards is None:
         raise ValueError("the batch has no rewards yet: run the reward step before advantages")
+    estimator = get_advantage_estimator(algo.adv_type)
+    if estimator.needs_critic and batch.values is None:
+        raise ValueError(f"adv_type {estimator.name} needs critic values in the batch")
     mask = batch.response_mask
-    fn = get_advantage_fn(algo.adv_type)
     batch.rewards = shape_rewards(batch.rewards, algo)
     kl_penalty = None
     if algo.kl_beta > 0 and algo.kl_in_reward and batch.ref_logprobs is not None:
         kl = compute_kl(batch.old_logprobs, batch.ref_logprobs, algo.kl_penalty_type)
         kl_penalty = algo.kl_beta * kl * mask
-    if algo.adv_type in ("grpo", "rloo"):
-        adv, ret = fn(batch.rewards, mask, algo.group_size, normalize_advantages=algo.normalize_advantages)
-    elif algo.adv_type == "reinpp":
-        adv, ret = fn(batch.rewards, mask, gamma=algo.gamma, kl_penalty=kl_penalty,
-                      normalize_advantages=algo.normalize_advantages)
-    else:  # gae
-        if batch.values is None:
-            raise ValueError("adv_type gae needs critic values in the batch")
-        token_rewards = torch.zeros_like(batch.values)
-        last = (mask.sum(-1) - 1).clamp(min=0)
-        token_rewards[torch.arange(batch.batch_size), last] = batch.rewards.to(token_rewards.dtype)
-        if kl_penalty is not None:
-            token_rewards = token_rewards - kl_penalty
-        adv, ret = fn(token_rewards, batch.values, mask, gamma=algo.gamma, lam=algo.lam,
-                      normalize_advantages=algo.normalize_advantages)
-    batch.advantages, batch.returns = adv, ret
+    out = estimator(AdvantageInputs(
+        rewards=batch.rewards, response_mask=mask, group_size=algo.group_size, values=batch.values,
+        kl_penalty=kl_penalty, gamma=algo.gamma, lam=algo.lam,
+        normalize_advantages=algo.normalize_advantages))
+    batch.advantages, batch.returns = out.advantages, out.returns
 
 
 def shape_rewards(rewards: torch.Tensor, algo: AlgorithmConfig) -> torch.Tensor:

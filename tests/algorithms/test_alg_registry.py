@@ -5,23 +5,25 @@ import pytest
 from rlinf.algorithms import (
     Registry,
     compute_decoupled_ppo_loss,
-    compute_gae_advantages,
-    compute_grpo_advantages,
     compute_ppo_loss,
-    compute_reinpp_advantages,
-    compute_reinpp_baseline_advantages,
-    get_advantage_fn,
+    gae_estimator,
+    get_advantage_estimator,
     get_kl_fn,
     get_policy_loss_fn,
+    grpo_estimator,
     kl_k3,
+    reinpp_baseline_estimator,
+    reinpp_estimator,
+    rloo_estimator,
 )
 
 
 def test_lookups():
-    assert get_advantage_fn("grpo") is compute_grpo_advantages
-    assert get_advantage_fn("gae") is compute_gae_advantages
-    assert get_advantage_fn("reinpp") is compute_reinpp_advantages
-    assert get_advantage_fn("reinpp_baseline") is compute_reinpp_baseline_advantages
+    assert get_advantage_estimator("grpo").fn is grpo_estimator
+    assert get_advantage_estimator("gae").fn is gae_estimator
+    assert get_advantage_estimator("reinpp").fn is reinpp_estimator
+    assert get_advantage_estimator("reinpp_baseline").fn is reinpp_baseline_estimator
+    assert get_advantage_estimator("rloo").fn is rloo_estimator
     assert get_policy_loss_fn("ppo") is compute_ppo_loss
     assert get_policy_loss_fn("decoupled_ppo") is compute_decoupled_ppo_loss
     assert get_kl_fn("k3") is get_kl_fn("low_var_kl") is kl_k3
@@ -30,7 +32,7 @@ def test_lookups():
 @pytest.mark.parametrize(
     "getter, listed",
     [
-        (get_advantage_fn, ["gae", "grpo", "reinpp", "reinpp_baseline"]),
+        (get_advantage_estimator, ["gae", "grpo", "reinpp", "reinpp_baseline", "rloo"]),
         (get_policy_loss_fn, ["decoupled_ppo", "ppo"]),
         (get_kl_fn, ["abs", "k1", "k2", "k3", "kl", "low_var_kl", "mse"]),
     ],

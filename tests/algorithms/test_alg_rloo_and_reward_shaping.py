@@ -5,20 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlinf.algorithms import get_advantage_fn
+from rlinf.algorithms import AdvantageInputs, get_advantage_estimator
 from rlinf.algorithms.rewards.shaping import clip_rewards, normalize_rewards
 
 
 def test_rloo_baseline_is_the_mean_of_the_other_samples():
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 3.0, 0.0, 0.0])  # two groups of 4
     mask = torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1], [1, 1], [0, 0], [1, 0], [1, 1]])
-    adv, ret = get_advantage_fn("rloo")(rewards, mask, 4, normalize_advantages=False)
+    out = get_advantage_estimator("rloo")(AdvantageInputs(rewards, mask, group_size=4, normalize_advantages=False))
+    adv, ret = out.advantages, out.returns
     by_hand = [1 - (0 + 0 + 1) / 3, 0 - (1 + 0 + 1) / 3, 0 - (1 + 0 + 1) / 3, 1 - (1 + 0 + 0) / 3,
                2 - (3 + 0 + 0) / 3, 3 - (2 + 0 + 0) / 3, 0 - (2 + 3 + 0) / 3, 0 - (2 + 3 + 0) / 3]
     assert torch.allclose(adv, torch.tensor(by_hand).unsqueeze(1) * mask, atol=1e-6)
     assert torch.equal(adv, ret)
     with pytest.raises(ValueError, match="group_size >= 2"):
-        get_advantage_fn("rloo")(torch.zeros(2), torch.ones(2, 1), 1)
+        get_advantage_estimator("rloo")(AdvantageInputs(torch.zeros(2), torch.ones(2, 1), group_size=1))
 
 
 def test_reward_clip_and_norm_by_hand():
