@@ -36,7 +36,7 @@ class EnvWorker(Worker):
     """
 
     def __init__(self, cfg: EnvSectionConfig, stages: int, num_action_chunks: int):
-        self.cfg, self.stages, self.K = cfg, stages, num_action_chunks
+        self.cfg, self.stages, self.num_action_chunks = cfg, stages, num_action_chunks
         self._envs: dict[str, list[VectorEnv]] = {}
         self._pending: dict[str, Future] = {}
         self._background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sim-build")
@@ -141,7 +141,7 @@ class EnvWorker(Worker):
         for _ in range(num_steps):
             for s, env in enumerate(envs):
                 actions = pipe.recv(key=action_key(tag, self.rank, s))
-                run = _ChunkRun(env, s, self.K, finished[s], stats, recorder if s == 0 else None)
+                run = _ChunkRun(env, s, self.num_action_chunks, finished[s], stats, recorder if s == 0 else None)
                 run.start(actions)
                 if pending is not None:
                     self._finish(pending, pipe, tag)
@@ -209,17 +209,17 @@ class _ChunkRun:
     in place), and the simulators stop stepping them (:meth:`VectorEnv.set_idle`).
     """
 
-    def __init__(self, env: VectorEnv, stage: int, K: int, finished: torch.Tensor | None,
-                 stats: EpisodeStats, recorder: VideoRecorder | None):
+    def __init__(self, env: VectorEnv, stage: int, num_action_chunks: int,
+                 finished: torch.Tensor | None, stats: EpisodeStats, recorder: VideoRecorder | None):
         n = env.num_envs
         self.env, self.stage, self.finished, self.stats, self.recorder = env, stage, finished, stats, recorder
-        self.rewards = torch.zeros(n, K)
+        self.rewards = torch.zeros(n, num_action_chunks)
         self.done = torch.zeros(n, dtype=torch.bool)
         self.over = finished.clone() if finished is not None else torch.zeros(n, dtype=torch.bool)
         self.terminated = torch.zeros(n, dtype=torch.bool)
         self.truncated = torch.zeros(n, dtype=torch.bool)
         self.final: EnvObs | None = None
-        self.k = 0
+        self.chunk_step = 0  # the action of the chunk the next result belongs to
 
     def start(self, actions: torch.Tensor) -> None:
         for k in range(actions.shape[1] - 1):
@@ -235,7 +235,7 @@ class _ChunkRun:
 
     def _absorb(self, res) -> None:
         live = ~self.done & ~self.over
-        self.rewards[:, self.k] = res.rewards.cpu() * live
+        self.rewards[:, self.chunk_step] = res.rewards.cpu() * live
         ended = res.dones.cpu() & live
         if bool(ended.any()):
             info = res.infos
@@ -255,7 +255,7 @@ class _ChunkRun:
                 self.env.set_idle(self.finished)
         if self.recorder is not None:
             self.recorder.add(self.env.render(), rewards=res.rewards.tolist(), successes=res.successes.tolist())
-        self.k += 1
+        self.chunk_step += 1
 
 
 def _merge_rows(base: EnvObs, new: EnvObs, rows: torch.Tensor) -> EnvObs:
