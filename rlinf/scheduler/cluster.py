@@ -93,7 +93,7 @@ class Cluster:
 
         from rlinf.scheduler.local import set_active
 
-        set_active(False)  # channels made from now on are Ray ones
+        set_active(None)  # channels made from now on are Ray ones
         self.namespace = namespace
         self._groups: list = []  # weak references to the worker groups launched on this cluster
         #: one line naming the Ray cluster in use (printed by the entry points)

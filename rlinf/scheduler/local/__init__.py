@@ -13,25 +13,26 @@ same; what changes underneath:
 
 Example:
     >>> from rlinf.scheduler.config import ClusterConfig
-    >>> from rlinf.scheduler import Cluster
     >>> cfg = ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 1,
     ...                                "component_placement": {"actor,rollout": 0}})
-    >>> cluster = Cluster.from_config(cfg)
-    >>> cluster.origin
-    'local mode: every worker group runs in this process (cluster.backend: local; no Ray)'
+    >>> cfg.backend, cfg.plan().component("actor").world_size
+    ('local', 1)
 """
 
 from __future__ import annotations
 
-_ACTIVE = False
+import weakref
+
+_ACTIVE: "weakref.ref | None" = None
 
 
 def is_active() -> bool:
-    """True after a local cluster was made in this process (and no Ray cluster since): channels
-    created then are in-process ones."""
-    return _ACTIVE
+    """True while the local cluster made last in this process is alive (and no Ray cluster was
+    made after it): channels created then are in-process ones."""
+    return _ACTIVE is not None and _ACTIVE() is not None
 
 
-def set_active(active: bool) -> None:
+def set_active(cluster) -> None:
+    """Make ``cluster`` (a local cluster) the active one; ``None``: none is."""
     global _ACTIVE
-    _ACTIVE = active
+    _ACTIVE = None if cluster is None else weakref.ref(cluster)

@@ -38,7 +38,7 @@ class LocalCluster(Cluster):
 
         self.shape = ClusterShape(num_nodes=1, accelerators_per_node=count)
         _set_process_env()
-        set_active(True)
+        set_active(self)
 
     @classmethod
     def from_config(cls, cfg: "ClusterConfig", address: str | None = None) -> "LocalCluster":

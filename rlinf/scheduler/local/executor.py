@@ -170,8 +170,7 @@ class LocalActor:
         return future
 
     def _serve(self) -> None:
-        if self._trace is not None:
-            threading.settrace(self._trace)
+        if self._trace is not None:  # this thread only (threading.settrace would reach every later thread)
             sys.settrace(self._trace)
         if self._threads_per_call:
             import torch
