@@ -76,7 +76,7 @@ def test_every_key_of_the_reference_yaml_is_documented(rendered):
 
 def test_hand_picked_types_and_defaults(rendered):
     r = rows(rendered)
-    assert r["algorithm.adv_type"][:2] == ("one of `grpo`, `gae`, `reinpp`, `rloo`", "`grpo`")
+    assert r["algorithm.adv_type"][:2] == ("one of `gae`, `grpo`, `reinpp`, `reinpp_baseline`, `rloo`", "`grpo`")
     assert r["data.train_data_paths"][:2] == ("`list[str]`", "*required*")
     assert r["cluster.component_placement"][:2] == ("`dict[str, any]`", "*required*")
     assert r["rollout.padding"][:2] == ("`int \\| null`", "`null`")
