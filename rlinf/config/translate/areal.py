@@ -14,7 +14,7 @@ Example:
     >>> t.out["cluster"]["component_placement"], t.out["rollout"]["backend"]
     ({'actor': '4-7', 'rollout,reward': '0-3'}, 'sglang')
     >>> t.out["algorithm"]
-    {'group_size': 4, 'ratio_clip_eps': 0.4, 'adv_type': 'grpo'}
+    {'adv_type': 'grpo', 'group_size': 4, 'ratio_clip_eps': 0.4}
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def placement(t: Translation) -> None:
         layout = lay_out(allocations)
     except AllocationError as exc:
         raise SourceError(f"allocation: {exc}") from None
-    layout_with_reward = {**layout, "reward": Placed(layout["rollout"].gpus, 1, layout["rollout"].source)}
+    layout_with_reward = {**layout, "reward": layout["rollout"]}
     groups = {name: (layout_with_reward[name].gpus, layout_with_reward[name].per_process)
               for name in ("actor", "rollout", "reward", "critic", "inference") if name in layout_with_reward}
     cluster = cluster_section(groups, per_node)

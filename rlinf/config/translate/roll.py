@@ -194,7 +194,7 @@ def placement(t: Translation) -> None:
     if len(rollout) % per_engine:
         raise SourceError(f"actor_infer: {len(rollout)} accelerators do not split into workers of "
                           f"num_gpus_per_worker={per_engine}")
-    groups = {"actor": (actor, 1), "rollout": (rollout, per_engine), "reward": (rollout, 1)}
+    groups = {"actor": (actor, 1), "rollout": (rollout, per_engine), "reward": (rollout, per_engine)}
     t.covered("actor_train.device_mapping", f"cluster.component_placement.actor ({len(actor)} processes)")
     t.covered("actor_infer.device_mapping", f"cluster.component_placement.rollout ({len(rollout) // per_engine} "
                                             "engines)")
