@@ -194,16 +194,7 @@ def translate_areal(raw: dict[str, Any]) -> Translation:
     algorithm(t)
     actor(t)
     engines(t)
-    for src, (ours, conv) in SIMPLE.items():
-        if t.has(src) and not t.done(src):
-            value = t.get(src)
-            if value is None and ours not in NULLABLE:
-                t.covered(src, f"null: {ours} keeps rlinf's default")
-            else:
-                t.set(src, ours, conv(value) if conv and value is not None else value)
-    for src, reason in REFUSED.items():
-        if t.has(src) and not t.done(src):
-            t.skip(src, reason)
+    t.apply(SIMPLE, REFUSED, NULLABLE)
     return t
 
 

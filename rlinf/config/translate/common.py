@@ -96,6 +96,21 @@ class Translation:
         """Record that ``src`` is not translated (``reason`` starts with :data:`NO` or :data:`DIFF`)."""
         self.reasons[src] = reason
 
+    def apply(self, simple: dict[str, tuple[str, Any]], refused: dict[str, str], nullable: set[str]) -> None:
+        """The one-to-one table ``simple`` (source key -> (our key, conversion or None)) for source
+        keys nobody recorded yet (a null keeps our default unless our key is in ``nullable``), then
+        the ``refused`` reasons for what is still unrecorded."""
+        for src, (ours, conv) in simple.items():
+            if self.has(src) and not self.done(src):
+                value = self.get(src)
+                if value is None and ours not in nullable:
+                    self.covered(src, f"null: {ours} keeps rlinf's default")
+                else:
+                    self.set(src, ours, conv(value) if conv and value is not None else value)
+        for src, reason in refused.items():
+            if self.has(src) and not self.done(src):
+                self.skip(src, reason)
+
     def done(self, src: str) -> bool:
         """Whether ``src`` (or a mapping above it) has a record."""
         return self._record(src) is not None
