@@ -185,8 +185,9 @@ class CriticConfig:
     when the checkpoint has none), trained with FSDP2. Embodied runs use the policy's own value head.
 
     Attributes:
-        use_critic_model: math: train the value model (adv_type gae needs it; grpo / reinpp
-            refuse it); embodied: the policy's value head (gae needs it, grpo refuses it).
+        use_critic_model: math: train the value model (adv_type gae needs it; the estimators
+            without a critic refuse it); embodied: the policy's value head (gae needs it, grpo
+            refuses it).
         group_name: math: worker group name (names the group in logs and error lines); embodied
             runs have no critic group.
         model: value model checkpoint (model_path null = the actor's); model_type is checked
