@@ -1,4 +1,4 @@
-"""One GRPO training step: rlinf's ``MathGRPORunner`` vs TRL's ``GRPOTrainer``, same run, same model.
+"""One GRPO training step: rlinf's ``MathRunner`` vs TRL's ``GRPOTrainer``, same run, same model.
 
 Run: ``python bench/bench_grpo_vs_trl.py [--quick] [--steps N] [--rows a,b,c] [--beta B]``
 (default about 6 min on 2 cores; ``--quick`` under a minute). Needs TRL (``pip install -e .[bench]``);
@@ -30,7 +30,7 @@ clip 1.0, PPO clip 0.2, per-sequence token-mean loss: TRL ``loss_type="grpo"``, 
 ``loss_agg_func: seq-mean-token-mean``), KL weight ``beta`` (default 0: no reference model on
 either side), no entropy bonus, fp32.
 
-* rlinf: ``MathGRPORunner.train_step()`` timed from the driver. Placement
+* rlinf: ``MathRunner.train_step()`` timed from the driver. Placement
   ``{"actor,rollout": "0"}`` on one logical slot (collocated: one FSDP actor process and one
   rollout process taking turns), reward computed in the driver (no reward group), an embedded
   local Ray (``Cluster(..., address="local")``). Other keys are rlinf's defaults (e.g.
@@ -209,7 +209,7 @@ class RlinfSide:
         from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
         from rlinf.data.tokenizer import load_tokenizer
         from rlinf.runners.math.groups import launch_math_groups
-        from rlinf.runners.math.loop import MathGRPORunner
+        from rlinf.runners.math.loop import MathRunner
 
         samples = row.prompts * row.group
         self.cfg = MathConfig.from_dict({
@@ -240,7 +240,7 @@ class RlinfSide:
         loader = PromptLoader(PromptDataset(rows, encode, s.max_prompt_length), row.prompts,
                               shuffle=False, seed=s.seed)
         self.groups = launch_math_groups(self.cfg, cluster, self.cfg.cluster.plan(), total_steps=steps)
-        self.runner = MathGRPORunner(self.cfg, self.groups, loader, None, tok.pad_token_id)
+        self.runner = MathRunner(self.cfg, self.groups, loader, None, tok.pad_token_id)
         self.records: list[dict[str, float]] = []
         self.cpu = cpu
 

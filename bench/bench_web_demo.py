@@ -3,7 +3,7 @@
 
 Two arms of ``examples/web_agent/config/web_agent_tiny_cpu.yaml`` (the tiny policy of
 ``python -m toolkits.web_tasks.prepare --out results/tiny_web``), run one after the other in
-this process through the real entry (:func:`rlinf.runners.web_agent.main.run_web`: Ray, env
+this process through the real entry (:func:`rlinf.runners.web_agent.recipe.run_web`: Ray, env
 ranks with Chromium, HF rollout, FSDP actor):
 
 * ``real``: the run as configured.
@@ -55,7 +55,7 @@ def shuffle_rewards(rng: random.Random):
 def run_arm(arm: str, args) -> dict:
     from hydra import compose, initialize_config_dir
 
-    from rlinf.runners.web_agent.main import run_web
+    from rlinf.runners.web_agent.recipe import run_web
     from rlinf.utils.metric_logger import read_metrics
 
     save = os.path.join(args.out, arm)

@@ -49,3 +49,60 @@ def test_runners_do_not_import_worker_internals():
                 for alias in node.names:
                     assert alias.name.endswith(("Worker", "_LINK", "_PIPE")) or alias.name.isupper(), \
                         f"{path.relative_to(ROOT)} imports {alias.name} from {node.module}"
+
+
+def _runner_modules() -> dict[str, set[str]]:
+    """Every module under rlinf/runners -> the rlinf.runners modules it imports (anywhere in it)."""
+    out = {}
+    for path in (ROOT / "runners").rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlinf.runners"):
+                targets.add(node.module)
+                targets |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name.startswith("rlinf.runners")}
+        out[name] = targets
+    return out
+
+
+def test_shared_runner_code_imports_no_recipe_and_recipes_not_each_other():
+    """docs/design.md "Recipes": modules directly under rlinf/runners/ are the shared run layer;
+    each recipe folder imports that layer only."""
+    modules = _runner_modules()
+    recipes = {m.split(".")[2] for m in modules if m.count(".") >= 3}
+    assert {"math", "embodied", "web_agent"} <= recipes
+    wrong = []
+    for module, targets in modules.items():
+        own = module.split(".")[2] if module.count(".") >= 3 else None
+        for target in targets:
+            parts = target.split(".")
+            other = parts[2] if len(parts) >= 3 and parts[2] in recipes else None
+            if other is not None and other != own:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_no_import_circle_under_runners():
+    modules = _runner_modules()
+    graph = {m: {t for t in targets if t in modules and t != m} for m, targets in modules.items()}
+    # a package's __init__ is not an edge back: a module importing its own package is fine
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                raise AssertionError("import circle: " + " -> ".join(stack[stack.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            visit(node)

@@ -5,7 +5,8 @@
 
 Run from the repository root. Shared env groups come from ``config/env/`` through
 ``hydra.searchpath`` (``REPO_PATH`` is set to this checkout when unset). Everything happens in
-:func:`rlinf.runners.embodied.main.run_embodied`; config errors name the key and stop before any
+:func:`rlinf.runners.recipe.run_recipe` with
+:data:`rlinf.runners.embodied.recipe.EMBODIED_RECIPE`; config errors name the key and stop before any
 worker starts.
 """
 
@@ -26,14 +27,14 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="config", config_name="toy_ppo_mlp")
 def main(cfg) -> None:
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import EMBODIED_RECIPE
     from rlinf.runners.entry import run_entry
 
-    run_entry(run_embodied, cfg, "success_rate", "eval success rate")
+    run_entry(EMBODIED_RECIPE, cfg)
 
 
 if __name__ == "__main__":
-    from rlinf.runners.entry import precheck_config_files
+    from rlinf.runners.compose import precheck_config_files
 
     precheck_config_files(__file__, "toy_ppo_mlp")
     main()

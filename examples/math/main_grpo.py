@@ -1,12 +1,13 @@
-"""Math RL with GRPO (and PPO-style variants): the Hydra entry point.
+"""Math RL with GRPO (and PPO-style variants): the Hydra entry point of the math recipe.
 
     python examples/math/main_grpo.py                                  # tiny CPU default
     python examples/math/main_grpo.py --config-name grpo_tiny_disaggregated runner.max_steps=5
     python examples/math/main_grpo.py --config-name qwen2.5-1.5b-grpo-fsdp actor.model.model_path=...
+    python examples/math/main_grpo.py -cd my_configs -cn my_grpo       # a config of your own
 
 Run from the repository root (paths in the configs are relative to it). Everything happens in
-:func:`rlinf.runners.math.main.run_math`; config errors name the key and stop before any worker
-starts.
+:func:`rlinf.runners.recipe.run_recipe` with :data:`rlinf.runners.math.recipe.MATH_RECIPE`; config
+errors name the key and stop before any worker starts.
 """
 
 import os
@@ -26,13 +27,13 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 @hydra.main(version_base="1.3", config_path="config", config_name="grpo_tiny_cpu")
 def main(cfg) -> None:
     from rlinf.runners.entry import run_entry
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import MATH_RECIPE
 
-    run_entry(run_math, cfg, "accuracy", "held-out accuracy")
+    run_entry(MATH_RECIPE, cfg)
 
 
 if __name__ == "__main__":
-    from rlinf.runners.entry import precheck_config_files
+    from rlinf.runners.compose import precheck_config_files
 
     precheck_config_files(__file__, "grpo_tiny_cpu")
     main()

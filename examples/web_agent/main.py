@@ -5,7 +5,8 @@
     python examples/web_agent/main.py --config-name rollout_test policy_config.base_model=...
 
 Run from the repository root (paths in the configs are relative to it). Everything happens in
-:func:`rlinf.runners.web_agent.main.run_web`; config errors name the key and stop before any
+:func:`rlinf.runners.recipe.run_recipe` with
+:data:`rlinf.runners.web_agent.recipe.WEB_RECIPE`; config errors name the key and stop before any
 worker starts.
 """
 
@@ -25,13 +26,13 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 @hydra.main(version_base="1.3", config_path="config", config_name="web_agent_tiny_cpu")
 def main(cfg) -> None:
     from rlinf.runners.entry import run_entry
-    from rlinf.runners.web_agent.main import run_web
+    from rlinf.runners.web_agent.recipe import WEB_RECIPE
 
-    run_entry(run_web, cfg, "success_rate", "held-out success rate")
+    run_entry(WEB_RECIPE, cfg)
 
 
 if __name__ == "__main__":
-    from rlinf.runners.entry import precheck_config_files
+    from rlinf.runners.compose import precheck_config_files
 
     precheck_config_files(__file__, "web_agent_tiny_cpu")
     main()

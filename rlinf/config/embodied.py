@@ -26,17 +26,18 @@ from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.config.env import EnvSectionConfig
 from rlinf.config.reward import CriticConfig
 from rlinf.config.rollout import RolloutConfig
+from rlinf.config.root import RootConfig
 from rlinf.config.runner import RunnerConfig
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import PlacementPlan
-from rlinf.utils.typed_config import BACKEND_SCOPES, ConfigError, check, check_scopes, collect_notes, parse_section
+from rlinf.utils.typed_config import BACKEND_SCOPES, ConfigError, check, check_scopes, collect_notes
 
 #: Components an embodied run places; all three are required.
 EMBODIED_COMPONENTS = ("env", "rollout", "actor")
 
 
 @dataclass(frozen=True)
-class EmbodiedConfig:
+class EmbodiedConfig(RootConfig):
     """The root of an embodied run's config (``hydra:`` / ``defaults:`` are dropped first).
 
     Attributes:
@@ -57,28 +58,21 @@ class EmbodiedConfig:
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
 
+    COMPONENTS = EMBODIED_COMPONENTS
+    REQUIRED = EMBODIED_COMPONENTS
+    RUN_KIND = "an embodied run"
+    PLACEMENT_EXAMPLE = "{env,rollout,actor: all}"
+
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "EmbodiedConfig":
-        """Parse a resolved config tree (all checks run, including those against the placement
-        when ``cluster.accelerators_per_node`` is given)."""
-        raw = {k: v for k, v in raw.items() if k not in ("hydra", "defaults")}
+    def prepare_raw(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """Episode rules inherited by the env splits; Megatron refused before the actor's own
+        Megatron rules, which would name a secondary key."""
         raw = inherit_episode_rules(raw)
         actor = raw.get("actor")
         if isinstance(actor, Mapping) and actor.get("training_backend") == "megatron":
-            # before the actor section's own Megatron rules, which would name a secondary key
             raise ConfigError("actor.training_backend", "embodied policies train with FSDP2 (fsdp); the "
                                                         "Megatron backend serves LLM runs")
-        return parse_section(cls, raw, "")
-
-    @classmethod
-    def from_hydra(cls, cfg: Any) -> "EmbodiedConfig":
-        """Resolve a Hydra ``DictConfig`` (with rlinf's resolvers) and parse it."""
-        from omegaconf import OmegaConf
-
-        from rlinf.config.resolvers import register_resolvers
-
-        register_resolvers()
-        return cls.from_dict(OmegaConf.to_container(cfg, resolve=True))
+        return raw
 
     @property
     def chunk_steps(self) -> int:
@@ -96,13 +90,7 @@ class EmbodiedConfig:
         return check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES) + collect_notes(self)
 
     def validate(self, path: str) -> None:
-        names = [n.strip() for key in self.cluster.component_placement for n in str(key).split(",")]
-        for name in names:
-            check(name in EMBODIED_COMPONENTS, f"cluster.component_placement.{name}",
-                  f"unknown component; an embodied run places {', '.join(EMBODIED_COMPONENTS)}")
-        for required in EMBODIED_COMPONENTS:
-            check(required in names, "cluster.component_placement",
-                  f"missing component {required!r}; e.g. {{env,rollout,actor: all}}")
+        self.check_component_names()
         check(self.runner.task_type == "embodied", "runner.task_type", "must be embodied for this entry point")
         check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES)
         for key, channel in (("env", self.env.channel), ("rollout", self.rollout.channel),
@@ -112,12 +100,11 @@ class EmbodiedConfig:
                   "worker in flight, so there is nothing to bound; leave 0")
         self.check_token_budgets()
         algo, model = self.algorithm, self.actor.model
-        check(algo.adv_type in ("gae", "grpo"), "algorithm.adv_type",
-              f"embodied runs use gae (PPO with a value head) or grpo, got {algo.adv_type!r}")
-        check(algo.adv_type != "gae" or self.critic.use_critic_model, "critic.use_critic_model",
-              "adv_type gae needs a value head: set it to true")
-        check(algo.adv_type != "grpo" or not self.critic.use_critic_model, "critic.use_critic_model",
-              "grpo uses group baselines and trains no value head: set it to false")
+        estimator = algo.estimator("embodied")
+        check(not estimator.needs_critic or self.critic.use_critic_model, "critic.use_critic_model",
+              f"adv_type {estimator.name} needs a value head: set it to true")
+        check(estimator.needs_critic or not self.critic.use_critic_model, "critic.use_critic_model",
+              f"{estimator.name} trains no value head: set it to false")
         check(algo.kl_beta == 0, "algorithm.kl_beta", "a KL term to a reference policy is not "
               "available for embodied runs yet; set 0")
         check(algo.loss_type == "ppo", "algorithm.loss_type", "embodied runs use ppo")
@@ -135,7 +122,7 @@ class EmbodiedConfig:
         for key, value in (("model_type", model.model_type), ("action_dim", model.policy.action_dim),
                            ("num_action_chunks", model.policy.num_action_chunks)):
             check(value is not None, f"actor.model.{key}", "missing")
-        if algo.adv_type == "grpo":
+        if estimator.needs_groups:
             train = self.env.train
             check(train.use_fixed_reset_state_ids, "env.train.use_fixed_reset_state_ids",
                   "grpo compares episodes that start from the same state: set it to true")

@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.config.data import DataConfig
 from rlinf.config.reward import CriticConfig, InferenceConfig, RewardConfig
+from rlinf.config.root import RootConfig
 from rlinf.config.rollout import RolloutConfig
 from rlinf.config.runner import RunnerConfig
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import PlacementPlan
-from rlinf.utils.typed_config import BACKEND_SCOPES, ConfigError, check, check_scopes, collect_notes, parse_section
+from rlinf.utils.typed_config import BACKEND_SCOPES, ConfigError, check, check_scopes, collect_notes
 
 #: Components a math run can place; actor and rollout are required.
 MATH_COMPONENTS = ("actor", "rollout", "inference", "reward", "critic")
 
 
 @dataclass(frozen=True)
-class MathConfig:
+class MathConfig(RootConfig):
     """The root of a math run's config (``hydra:`` is Hydra's own and is dropped before parsing).
 
     Attributes:
@@ -58,24 +58,10 @@ class MathConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
 
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], check_paths: bool = True) -> "MathConfig":
-        """Parse a resolved config tree; ``check_paths`` also requires model/data paths to exist."""
-        raw = {k: v for k, v in raw.items() if k not in ("hydra", "defaults")}
-        cfg = parse_section(cls, raw, "")
-        if check_paths:
-            cfg.check_paths()
-        return cfg
-
-    @classmethod
-    def from_hydra(cls, cfg: Any, check_paths: bool = True) -> "MathConfig":
-        """Resolve a Hydra ``DictConfig`` (with rlinf's resolvers) and parse it."""
-        from omegaconf import OmegaConf
-
-        from rlinf.config.resolvers import register_resolvers
-
-        register_resolvers()
-        return cls.from_dict(OmegaConf.to_container(cfg, resolve=True), check_paths=check_paths)
+    COMPONENTS = MATH_COMPONENTS
+    REQUIRED = ("actor", "rollout")
+    RUN_KIND = "a math run"
+    PLACEMENT_EXAMPLE = "{actor,rollout,reward: all}"
 
     @property
     def model_path(self) -> str | None:
@@ -98,14 +84,7 @@ class MathConfig:
         return check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES) + collect_notes(self)
 
     def validate(self, path: str) -> None:
-        placed = list(self.cluster.component_placement)
-        names = [n.strip() for key in placed for n in str(key).split(",")]
-        for name in names:
-            check(name in MATH_COMPONENTS, f"cluster.component_placement.{name}",
-                  f"unknown component; a math run places {', '.join(MATH_COMPONENTS)}")
-        for required in ("actor", "rollout"):
-            check(required in names, "cluster.component_placement",
-                  f"missing component {required!r}; e.g. {{actor,rollout,reward: all}}")
+        names = self.check_component_names()
         prompt, new = self.data.max_prompt_length, self.algorithm.sampling_params.max_new_tokens
         check(prompt + new <= self.runner.seq_length, "algorithm.sampling_params.max_new_tokens",
               f"data.max_prompt_length ({prompt}) + max_new_tokens ({new}) exceeds "
@@ -114,11 +93,11 @@ class MathConfig:
         check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES)
         check(self.algorithm.max_head_offpolicyness == 0 or self.algorithm.loss_type == "decoupled_ppo",
               "algorithm.loss_type", "async rollout (max_head_offpolicyness > 0) needs decoupled_ppo")
-        gae = self.algorithm.adv_type == "gae"
-        check(not gae or self.critic.use_critic_model, "critic.use_critic_model",
-              "adv_type gae needs a value model: set it to true")
-        check(gae or not self.critic.use_critic_model, "critic.use_critic_model",
-              f"adv_type {self.algorithm.adv_type} uses no value model; set false (or adv_type: gae)")
+        estimator = self.algorithm.estimator("llm")
+        check(not estimator.needs_critic or self.critic.use_critic_model, "critic.use_critic_model",
+              f"adv_type {estimator.name} needs a value model: set it to true")
+        check(estimator.needs_critic or not self.critic.use_critic_model, "critic.use_critic_model",
+              f"adv_type {estimator.name} uses no value model; set false (or adv_type: gae)")
         check(not self.critic.use_critic_model or self.actor.training_backend == "fsdp",
               "actor.training_backend", "the value model trains with FSDP2 only; use fsdp with a critic")
         check("critic" not in names or self.critic.use_critic_model, "cluster.component_placement.critic",

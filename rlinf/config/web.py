@@ -32,6 +32,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
+from rlinf.config.root import RootConfig
 from rlinf.config.web_env import DIFFICULTIES, WebEnvConfig
 from rlinf.config.web_sections import (WebContextConfig, WebLogConfig, WebModelConfig, WebOpenAIConfig,
                                        WebPolicyConfig, WebRunnerConfig)
@@ -39,14 +40,14 @@ from rlinf.config.web_train import zero_to_fsdp, zero_to_fsdp_text  # noqa: F401
 from rlinf.config.web_train import DeepSpeedSettings, WebAlgorithmConfig, load_deepspeed_config
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan
-from rlinf.utils.typed_config import check, collect_notes, field_default, parse_section
+from rlinf.utils.typed_config import check, collect_notes, field_default
 
 #: Components a web-agent run can place; env is required.
 WEB_COMPONENTS = ("env", "rollout", "actor")
 
 
 @dataclass(frozen=True)
-class WebAgentConfig:
+class WebAgentConfig(RootConfig):
     """The root of a web-agent run's config (``hydra:`` / ``defaults:`` are dropped first).
 
     Attributes:
@@ -77,36 +78,17 @@ class WebAgentConfig:
     algorithm_config: WebAlgorithmConfig = field(default_factory=WebAlgorithmConfig)
     runner: WebRunnerConfig = field(default_factory=WebRunnerConfig)
 
-    # ------------------------------------------------------------------ loading
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], check_paths: bool = True) -> "WebAgentConfig":
-        """Parse a resolved config tree; ``check_paths`` also checks files and folders (task
-        files, the policy's model folder, which is required then, the DeepSpeed file, the
-        browser binary): see :meth:`check_paths`."""
-        raw = {k: v for k, v in raw.items() if k not in ("hydra", "defaults")}
-        cfg = parse_section(cls, raw, "")
-        if check_paths:
-            cfg.check_paths()
-        return cfg
-
-    @classmethod
-    def from_hydra(cls, cfg: Any, check_paths: bool = True) -> "WebAgentConfig":
-        """Resolve a Hydra ``DictConfig`` (with rlinf's resolvers) and parse it."""
-        from omegaconf import OmegaConf
-
-        from rlinf.config.resolvers import register_resolvers
-
-        register_resolvers()
-        return cls.from_dict(OmegaConf.to_container(cfg, resolve=True), check_paths=check_paths)
+    COMPONENTS = WEB_COMPONENTS
+    REQUIRED = ("env",)
+    RUN_KIND = "a web-agent run"
+    PLACEMENT_EXAMPLE = "{env: 0, rollout: 0}"
 
     # ------------------------------------------------------------------ what runs
 
     @property
     def components(self) -> tuple[str, ...]:
         """The placed components, in :data:`WEB_COMPONENTS` order."""
-        names = {n.strip() for key in self.cluster.component_placement for n in str(key).split(",")}
-        return tuple(c for c in WEB_COMPONENTS if c in names)
+        return self.placed_components
 
     @property
     def trains(self) -> bool:
@@ -160,6 +142,12 @@ class WebAgentConfig:
         if self.policy_config.test_temperature is not None and not env.evaluates:
             out.append(f"policy_config.test_temperature: {self.policy_config.test_temperature}: not read: no "
                        "evaluation rollouts (env_config.test_tasks_rollout_size is 0)")
+        runner_default = WebRunnerConfig()
+        if not self.trains:
+            for key in ("save_interval", "save_interval_secs"):
+                if getattr(self.runner, key) != getattr(runner_default, key):
+                    out.append(f"runner.{key}: {getattr(self.runner, key)}: not read: a rollout-only run (no actor "
+                               "placed) saves its batches as they run and has no checkpoints")
         algo = self.algorithm_config
         if self.trains and algo.backend == "fsdp" and algo.deepspeed_config_filename is not None:
             ds = self.deepspeed_settings()
@@ -207,13 +195,8 @@ class WebAgentConfig:
             self.check_against_plan(self.plan())
 
     def _check_components(self) -> None:
-        for key in self.cluster.component_placement:
-            for name in (n.strip() for n in str(key).split(",")):
-                check(name in WEB_COMPONENTS, f"cluster.component_placement.{name}",
-                      f"unknown component; a web-agent run places {', '.join(WEB_COMPONENTS)}")
+        self.check_component_names()
         names, url = self.components, self.env_config.vllm_server_url
-        check("env" in names, "cluster.component_placement",
-              "missing component 'env' (the browser servers); e.g. {env: 0, rollout: 0}")
         if self.trains:
             check("rollout" in names, "cluster.component_placement",
                   "missing component 'rollout': the online loop (actor placed) generates with its own "

@@ -203,6 +203,16 @@ class WebRunnerConfig:
             and checkpoints, a batch's incremental saves); null = start afresh (an existing
             save_path with saved iterations is then refused by the runner).
         max_minutes: stop (after saving) once this many minutes have passed; null = no limit.
+        recover_mode: disabled, auto, fault or resume (as in math and embodied runs, AReaL's
+            key): ``resume`` continues from the latest complete checkpoint of ``save_path``
+            (refused when there is none); ``fault`` restarts the run from it (with the
+            unsaved part of an interrupted batch redone) when a worker dies or raises, up to
+            ``recover_retries`` times; ``auto`` both, continuing whatever ``save_path`` holds.
+        recover_retries: restarts allowed after failures (fault / auto).
+        save_interval: checkpoint the actor every N iterations (and after the last); -1 = not
+            by count. Ignored by a rollout-only run (no actor), which saves trajectories only.
+        save_interval_secs: also checkpoint once this many seconds have passed since the last
+            checkpoint, checked after each iteration; null = by count only.
     """
 
     iterations: int = 1
@@ -210,6 +220,20 @@ class WebRunnerConfig:
     seed: int | None = None
     resume: Literal["auto"] | None = None
     max_minutes: float | None = None
+    recover_mode: Literal["disabled", "auto", "fault", "resume"] = "disabled"
+    recover_retries: int = 3
+    save_interval: int = 1
+    save_interval_secs: float | None = None
+
+    @property
+    def continues(self) -> bool:
+        """Whether the run continues what ``save_path`` already holds (``resume: auto``, or
+        ``recover_mode`` auto / resume).
+
+        >>> WebRunnerConfig(recover_mode="auto").continues, WebRunnerConfig().continues
+        (True, False)
+        """
+        return self.resume == "auto" or self.recover_mode in ("auto", "resume")
 
     def iteration_seed(self, k: int) -> int:
         """The seed of iteration ``k``: ``seed + k``, or a time-based one when seed is null.
@@ -242,3 +266,8 @@ class WebRunnerConfig:
         check(self.seed is None or self.seed >= 0, f"{path}.seed", f"must be >= 0 or null, got {self.seed}")
         check(self.max_minutes is None or (math.isfinite(self.max_minutes) and self.max_minutes > 0),
               f"{path}.max_minutes", f"must be > 0 or null, got {self.max_minutes}")
+        check(self.recover_retries >= 0, f"{path}.recover_retries", f"must be >= 0, got {self.recover_retries}")
+        check(self.save_interval == -1 or self.save_interval >= 1, f"{path}.save_interval",
+              f"must be -1 (off) or >= 1, got {self.save_interval}")
+        check(self.save_interval_secs is None or (math.isfinite(self.save_interval_secs) and self.save_interval_secs > 0),
+              f"{path}.save_interval_secs", f"must be > 0 or null, got {self.save_interval_secs}")

@@ -1,5 +1,16 @@
-"""What the Hydra entry points share: run the job, turn a config error into one line and exit
-code 2, print the first / last evaluation figure."""
+"""What the Hydra entry points share: run a recipe, turn a config error into one line and exit
+code 2, print the first / last evaluation figure.
+
+An entry file is a few lines (see ``examples/math/main_grpo.py``)::
+
+    @hydra.main(version_base="1.3", config_path="config", config_name="grpo_tiny_cpu")
+    def main(cfg):
+        run_entry(MATH_RECIPE, cfg)
+
+    if __name__ == "__main__":
+        precheck_config_files(__file__, "grpo_tiny_cpu")   # the compose step (rlinf.runners.compose)
+        main()
+"""
 
 from __future__ import annotations
 
@@ -7,79 +18,22 @@ import os
 import sys
 from typing import Any, Callable
 
+from rlinf.runners.compose import REPO_ROOT, precheck_config_files  # noqa: F401 - the entries' imports
 from rlinf.utils.typed_config import ConfigError
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-
-def precheck_config_files(entry_file: str, default_name: str, argv: list[str] | None = None) -> None:
-    """Before Hydra starts: read the chosen config (``--config-name``, else ``default_name``) and
-    the files its defaults pull in from the entry's ``config/`` folder and the shared
-    ``config/``; a YAML slip (tab, unclosed bracket, duplicate key) exits with code 2 and one
-    ``config error: <file>:<line>:<col>: ...`` line. Then the config is composed with the
-    command line's overrides as Hydra will: a bad override (a typo'd key without ``+``, a missing
-    config group option, unparsable syntax) is one ``config error:`` line too."""
-    from rlinf.config.yaml_check import (ConfigFileError, check_config_files, config_name_from_argv,
-                                         overrides_from_argv)
-
-    argv = sys.argv[1:] if argv is None else argv
-    name = config_name_from_argv(argv, default_name)
-    config_dir = os.path.join(os.path.dirname(os.path.abspath(entry_file)), "config")
-    try:
-        check_config_files(config_dir, name, [os.path.join(REPO_ROOT, "config")])
-    except ConfigFileError as exc:
-        print(f"config error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    problem = hydra_compose_problem(config_dir, name, overrides_from_argv(argv))
-    if problem:
-        print(f"config error: {problem}", file=sys.stderr)
-        sys.exit(2)
-
-
-def hydra_compose_problem(config_dir: str, name: str, overrides: list[str]) -> str | None:
-    """Compose config ``name`` with ``overrides`` as Hydra will; None when that works, else
-    Hydra's complaint in one line (a bad override, a missing config group or file, a key that
-    needs ``+`` to be added)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_dir(config_dir, version_base="1.3"):
-            compose(name, overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as exc:
-        lines = [line.strip() for line in str(exc).splitlines()
-                 if line.strip() and not line.strip().startswith(("Set the environment variable HYDRA_FULL_ERROR",
-                                                                  "See https://hydra.cc"))]
-        text = " ".join(lines).split(" Config search path:")[0] or type(exc).__name__
-        bad = _unparsable_override(overrides)
-        return f"override {bad!r}: {text}" if bad else text
-    return None
-
-
-def _unparsable_override(overrides: list[str]) -> str | None:
-    """The first override Hydra's grammar refuses, if any."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    parser = OverridesParser.create()
-    for override in overrides:
-        try:
-            parser.parse_override(override)
-        except HydraException:
-            return override
-    return None
-
-
-def run_entry(run: Callable[[Any], dict[str, float]], cfg: Any, metric: str, label: str) -> dict[str, float]:
-    """Call ``run(cfg)``; print ``label: first X% -> last Y% (+Z points)`` from the summary's
+def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
+    """Run ``recipe`` on ``cfg`` (:func:`~rlinf.runners.recipe.run_recipe`); print
+    ``<recipe.summary_label>: first X% -> last Y% (+Z points)`` from the summary's
     ``val/first_<metric>`` / ``val/last_<metric>``; a :class:`ConfigError` or a
     :class:`~rlinf.scheduler.ClusterError` (the cluster cannot host the placement) exits with
-    code 2 and one line."""
+    code 2 and one line, a failed worker with code 1 and one line (details in a file)."""
+    from rlinf.runners.recipe import run_recipe
     from rlinf.scheduler.errors import ClusterError, SchedulerError
 
+    metric, label = recipe.summary_metric, recipe.summary_label
     try:
-        summary = run(cfg)
+        summary = run_recipe(recipe, cfg, print_fn)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -91,9 +45,9 @@ def run_entry(run: Callable[[Any], dict[str, float]], cfg: Any, metric: str, lab
         sys.exit(1)
     first, last = summary.get(f"val/first_{metric}"), summary.get(f"val/last_{metric}")
     if first is not None:
-        print(f"[rlinf] {label}: first validation {100 * first:.1f}% -> last validation "
-              f"{100 * last:.1f}% ({100 * (last - first):+.1f} points)")
-    print(f"[rlinf] done: {int(summary['steps'])} steps")
+        print_fn(f"[rlinf] {label}: first validation {100 * first:.1f}% -> last validation "
+                 f"{100 * last:.1f}% ({100 * (last - first):+.1f} points)")
+    print_fn(f"[rlinf] done: {int(summary['steps'])} steps")
     return summary
 
 

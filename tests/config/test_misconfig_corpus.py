@@ -87,7 +87,8 @@ def compose_case(entry: str, config: str, overrides, paths):
 
 
 def prepare(entry: str, raw):
-    from rlinf.runners.preflight import prepare_embodied, prepare_math
+    from rlinf.runners.embodied.preflight import prepare_embodied
+    from rlinf.runners.math.preflight import prepare_math
 
     return (prepare_math if entry == "math" else prepare_embodied)(raw)
 

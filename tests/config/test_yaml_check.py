@@ -9,7 +9,7 @@ import re
 import pytest
 
 from rlinf.config.yaml_check import ConfigFileError, check_config_files, config_name_from_argv
-from rlinf.runners.entry import REPO_ROOT, precheck_config_files
+from rlinf.runners.compose import REPO_ROOT, precheck_config_files
 
 BROKEN = {
     "tab": ("a: 1\nb:\n\tc: 2\n", r"tab\.yaml:3:1: a tab character; YAML indents with spaces only"),
@@ -78,15 +78,21 @@ def test_hydra_override_slips_are_one_line(argv, message, capsys):
 
 def test_a_worker_failure_is_one_line_with_the_traceback_in_the_log_folder(tmp_path, capsys):
     from rlinf.runners.entry import run_entry
+    from rlinf.runners.recipe import Recipe
+    from rlinf.runners.recovery import Recovery
     from rlinf.scheduler.errors import WorkerError
 
-    def failing(cfg):
-        raise WorkerError("rollout[1]", 0, "run", "Traceback (most recent call last):\n  File x\n"
-                                                  "ValueError: action_dim 7 but the env takes 8\n")
+    class FailingRecipe(Recipe):
+        def recovery(self, raw):
+            return Recovery("disabled", 0, "")
+
+        def prepare(self, raw):
+            raise WorkerError("rollout[1]", 0, "run", "Traceback (most recent call last):\n  File x\n"
+                                                      "ValueError: action_dim 7 but the env takes 8\n")
 
     cfg = {"runner": {"logger": {"log_path": str(tmp_path / "logs")}}}
     with pytest.raises(SystemExit) as exit_info:
-        run_entry(failing, cfg, "success_rate", "eval")
+        run_entry(FailingRecipe(), cfg)
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: rollout[1] on node 0 raised in run(): ValueError: action_dim 7 but the env "

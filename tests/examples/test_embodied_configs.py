@@ -101,7 +101,7 @@ def test_tiny_cpu_variant_changes_only_the_scale_of_its_gpu_config(gpu):
 
 def _tiny_run(name, tmp_path, lora: bool):
     from rlinf.models.embodied.openvla.tiny import write_tiny_lora, write_tiny_openvla
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import run_embodied
 
     base = write_tiny_openvla(tmp_path / "vla", identity_stats=True)
     # env.enable_offload=false: offload rebuilds the simulators before every rollout (seconds of

@@ -42,7 +42,7 @@ def toy_config(tmp_path, placement, accelerators, *, adv="gae", stages=2, chunks
 def gae_two_stage_run(ray_cluster, tmp_path_factory):
     """``(summary, folder)`` of one synchronous PPO run (GAE, two pipeline stages, hybrid placement,
     videos), launched once for the tests that read different things from it."""
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import run_embodied
 
     folder = tmp_path_factory.mktemp("gae_two_stage")
     cfg = toy_config(folder, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, video=True)
@@ -67,7 +67,7 @@ def test_ppo_with_gae_two_stages_hybrid_placement(gae_two_stage_run):
 def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, tmp_path, gae_two_stage_run):
     """max_head_offpolicyness 1: each update after the first learns from the previous policy
     version's rollout; evaluations and checkpoints collect the rollout in flight first."""
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, max_steps=4,
                      val_check_interval=2, save_interval=2, video=True)
@@ -90,7 +90,7 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
 
 
 def test_grpo_with_action_chunks_and_fixed_reset_groups(ray_cluster, tmp_path):
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env,rollout": "0", "actor": "0"}, 1, adv="grpo", stages=1, chunks=2,
                      group=4)
@@ -106,7 +106,7 @@ def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp
     acting on the toy task's camera image and instruction, K=2 chunks of A=2 actions, a GRPO step
     and a PPO step."""
     from rlinf.models.embodied.openvla.tiny import TINY_UNNORM_KEY, write_tiny_openvla
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import run_embodied
 
     vla = write_tiny_openvla(tmp_path / "vla", action_dim=2, identity_stats=True)
     for adv in ("grpo", "gae"):
@@ -206,7 +206,7 @@ def test_env_offload_releases_simulators_between_rollouts_when_sharing_the_actor
 def test_state_normalisation_target_kl_and_minibatch_advantages_on_one_actor_process(ray_cluster, tmp_path):
     import torch
 
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2)
     cfg["rollout"].update(normalize_states=True, state_norm_clip=5.0)

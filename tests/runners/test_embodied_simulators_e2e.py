@@ -27,7 +27,7 @@ def _vulkan_problem() -> str | None:
 
 @pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
 def test_maniskill_pushcube_ppo_steps(ray_cluster, tmp_path):
-    from rlinf.runners.embodied.main import run_embodied
+    from rlinf.runners.embodied.recipe import run_embodied
 
     problem = _vulkan_problem()
     if problem:

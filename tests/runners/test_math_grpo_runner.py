@@ -12,7 +12,7 @@ from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
 from rlinf.data.readers import read_rows
 from rlinf.runners.math.groups import launch_math_groups
-from rlinf.runners.math.loop import MathGRPORunner
+from rlinf.runners.math.loop import MathRunner
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "workers"))
 from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
@@ -55,7 +55,7 @@ def test_two_steps_and_validation(ray_cluster, tmp_path, placement, collocated):
                        2, shuffle=False, seed=0)
     groups = launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=2)
     try:
-        runner = MathGRPORunner(cfg, groups, train, val, tok.pad_token_id)
+        runner = MathRunner(cfg, groups, train, val, tok.pad_token_id)
         assert runner.collocated is collocated
         for step in (1, 2):
             metrics = runner.train_step()

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.ray
 def test_grpo_with_a_lora_actor(ray_cluster, tmp_path):
     from safetensors.torch import load_file
 
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,

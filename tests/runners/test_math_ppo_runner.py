@@ -23,7 +23,7 @@ PPO = {"algorithm": {"adv_type": "gae", "gamma": 1.0, "lam": 0.95, "overlong_buf
 
 
 def test_ppo_collocated_warms_up_the_critic_and_the_value_loss_falls(ray_cluster, tmp_path):
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2, runner={"max_steps": 8, "max_epochs": 2}, **PPO)
@@ -44,7 +44,7 @@ def test_ppo_collocated_warms_up_the_critic_and_the_value_loss_falls(ray_cluster
 
 
 def test_ppo_disaggregated_resume_continues_the_critic(ray_cluster, tmp_path):
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     placement = {"actor": 0, "critic": 1, "rollout,reward": 2}

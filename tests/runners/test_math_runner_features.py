@@ -64,7 +64,7 @@ COMPARED = ("reward/mean", "reward/accuracy", "response/length_mean", "actor/pol
 
 
 def test_resume_gives_the_same_next_step_metrics(ray_cluster, tmp_path):
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,
@@ -97,7 +97,7 @@ def test_resume_gives_the_same_next_step_metrics(ray_cluster, tmp_path):
 
 
 def test_async_rollout_runs_one_version_ahead(ray_cluster, tmp_path):
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = base_config(tmp_path, model, {"actor": "0-1", "rollout": "2"}, 3,
@@ -113,8 +113,8 @@ def test_dynamic_sampling_with_a_separate_inference_group(ray_cluster, tmp_path)
     from rlinf.config.math import MathConfig
     from rlinf.data.tokenizer import load_tokenizer
     from rlinf.runners.math.groups import launch_math_groups
-    from rlinf.runners.math.loop import MathGRPORunner
-    from rlinf.runners.math.main import build_loaders
+    from rlinf.runners.math.loop import MathRunner
+    from rlinf.runners.math.preflight import build_loaders
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = MathConfig.from_dict(base_config(
@@ -125,7 +125,7 @@ def test_dynamic_sampling_with_a_separate_inference_group(ray_cluster, tmp_path)
     groups = launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=2)
     try:
         assert groups.inference is not None and groups.inference.world_size == 1
-        runner = MathGRPORunner(cfg, groups, train, val, tok.pad_token_id)
+        runner = MathRunner(cfg, groups, train, val, tok.pad_token_id)
         for _ in range(2):
             # the actor holds no reference copy: the KL term's log-probs came from the inference group
             metrics = runner.train_step()

@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.skipif(importlib.util.find_spec("vllm
 def test_vllm_rollout_follows_the_actor_after_a_step(ray_cluster, tmp_path):
     from rlinf.engines.rollout.hf import HFRolloutEngine
     from rlinf.runners.math.groups import launch_math_groups
-    from rlinf.runners.math.loop import MathGRPORunner
-    from rlinf.runners.math.main import build_loaders
+    from rlinf.runners.math.loop import MathRunner
+    from rlinf.runners.math.preflight import build_loaders
     from toolkits.tiny_math.make_model import make_model
 
     model = str(make_model(tmp_path / "model"))
@@ -44,7 +44,7 @@ def test_vllm_rollout_follows_the_actor_after_a_step(ray_cluster, tmp_path):
     greedy = SamplingParams(do_sample=False, max_new_tokens=12, min_new_tokens=12)
     groups = launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=1)
     try:
-        runner = MathGRPORunner(cfg, groups, train, None, tok.pad_token_id)
+        runner = MathRunner(cfg, groups, train, None, tok.pad_token_id)
         before = groups.rollout.execute("generate", prompts, greedy, 1, 0).wait()[0]
         metrics = runner.train_step()
         assert metrics["actor/grad_norm"] > 0

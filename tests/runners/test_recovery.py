@@ -79,7 +79,7 @@ def _kill_after(metrics: Path, step: int, group: str, killed: list) -> threading
 
 
 def test_a_killed_worker_restarts_the_run_from_its_last_checkpoint(ray_cluster, tmp_path):
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0"}, 1,
@@ -112,7 +112,7 @@ def test_a_killed_worker_restarts_the_run_from_its_last_checkpoint(ray_cluster, 
 
 
 def test_resume_without_a_checkpoint_is_refused_and_time_checkpoints_are_taken(ray_cluster, tmp_path):
-    from rlinf.runners.math.main import run_math
+    from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = with_dirs(base_config(tmp_path, model, {"actor,rollout,reward": "0"}, 1,

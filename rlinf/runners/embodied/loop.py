@@ -32,7 +32,7 @@ from rlinf.data.embodied_batch import EmbodiedBatch, Trajectory
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.objectives.embodied import embodied_advantages
 from rlinf.runners import checkpoint as ckpt
-from rlinf.runners.schedule import ScheduledRunner
+from rlinf.runners.schedule import Schedule, ScheduledRunner
 from rlinf.scheduler import Cluster, Mode, PipeLink, PlacementPlan, SchedulerError, TensorLink, WorkerGroup
 from rlinf.utils.metric_logger import MetricLogger
 from rlinf.workers.actor.embodied_actor import POLICY_LINK, EmbodiedActorWorker
@@ -120,7 +120,7 @@ class EmbodiedRunner(ScheduledRunner):
 
     def __init__(self, cfg: EmbodiedConfig, groups: EmbodiedGroups, logger: MetricLogger | None = None):
         self.cfg, self.groups, self.logger = cfg, groups, logger
-        self.runner_cfg = cfg.runner
+        self.schedule = Schedule.from_runner(cfg.runner)
         self.step = 0
         self.total_steps = cfg.runner.max_steps if cfg.runner.max_steps > 0 else cfg.runner.max_epochs
         self.history: list[dict[str, float]] = []
@@ -259,6 +259,11 @@ class EmbodiedRunner(ScheduledRunner):
         return stats.metrics("eval")
 
     # ---- checkpoints and outputs --------------------------------------------------------------
+    @property
+    def run_dir(self) -> str:
+        """``<runner.output_dir>/<runner.experiment_name>``: checkpoints and the saved policy."""
+        return os.path.join(self.cfg.runner.output_dir, self.cfg.runner.experiment_name)
+
     def save_checkpoint(self) -> str:
         self._settle()
         step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)

@@ -65,4 +65,5 @@ def build_runner(start, groups, logger, print_fn) -> WebAgentRunner:
     return WebAgentRunner(cfg, groups.env_urls, policies, groups.actor, groups.rollout,
                           make_web_judge(cfg), start.tasks,
                           {"train": episode_settings(cfg, "train"), "test": episode_settings(cfg, "test")},
-                          {"train": limits, "test": limits}, pad, logger=logger, log=print_fn)
+                          {"train": limits, "test": limits}, pad, logger=logger, log=print_fn,
+                          start_iteration=start.resume_iteration)

@@ -14,7 +14,9 @@ once, starting the next item as soon as one ends. ``run_one`` returns a dict (a 
 - **Timeout.** An item running longer than ``task_timeout_s`` is stopped the same way, status
   ``timeout``.
 - **Errors.** An exception of ``run_one`` (or a result that is not a dict) becomes a record with
-  status ``error`` and the message; the other items go on.
+  status ``error`` and the message; the other items go on. An exception of a ``fatal`` type (a
+  dead policy worker: nothing after it could succeed) is raised instead, the running items
+  cancelled and nothing more recorded, so a restarted batch redoes them.
 
 A stopped item keeps the dict ``run_one`` returned on stop, its ``status`` overwritten with
 ``straggler`` / ``timeout``; without one, ``make_record(item, status, message)`` builds the
@@ -70,11 +72,13 @@ def _check(concurrency: int, completion_threshold: float, grace_period_s: float,
 
 
 def _outcome(item: Any, inner: asyncio.Future, status: str | None,
-             make_record: Callable[[Any, str, str | None], dict]) -> dict:
+             make_record: Callable[[Any, str, str | None], dict], fatal: tuple = ()) -> dict:
     """The result of a finished ``run_one`` future; ``status`` set = it was stopped."""
     if inner.cancelled():
         return make_record(item, status or ERROR, "cancelled")
     exc = inner.exception()
+    if fatal and isinstance(exc, fatal):
+        raise exc
     if exc is not None:
         return make_record(item, status or ERROR, f"{type(exc).__name__}: {exc}")
     value = inner.result()
@@ -91,8 +95,9 @@ async def collect(items: Sequence[Any], run_one: RunOne, *, concurrency: int, co
                   grace_period_s: float = 30.0, task_timeout_s: float | None = None,
                   on_finished: Callable[[Any, dict], Any] | None = None,
                   make_record: Callable[[Any, str, str | None], dict] = default_record,
-                  stop_wait_s: float = 2.0) -> list[dict]:
-    """Run every item (module docstring); returns one dict per item, in item order."""
+                  stop_wait_s: float = 2.0, fatal: tuple[type[BaseException], ...] = ()) -> list[dict]:
+    """Run every item (module docstring); returns one dict per item, in item order; an
+    exception of a ``fatal`` type from ``run_one`` is raised."""
     _check(concurrency, completion_threshold, grace_period_s, task_timeout_s, stop_wait_s)
     items = list(items)
     n = len(items)
@@ -112,12 +117,12 @@ async def collect(items: Sequence[Any], run_one: RunOne, *, concurrency: int, co
         try:
             await asyncio.wait({inner, waiter}, timeout=task_timeout_s, return_when=asyncio.FIRST_COMPLETED)
             if inner.done():
-                return _outcome(item, inner, None, make_record)
+                return _outcome(item, inner, None, make_record, fatal)
             status = reasons[i] = reasons[i] or TIMEOUT
             stop.set()
             await asyncio.wait({inner}, timeout=stop_wait_s)
             if inner.done():
-                return _outcome(item, inner, status, make_record)
+                return _outcome(item, inner, status, make_record, fatal)
             inner.cancel()
             await asyncio.wait({inner}, timeout=stop_wait_s)
             return make_record(item, status, f"{status}: no result within {stop_wait_s:g} s of the stop; cancelled")
@@ -132,6 +137,8 @@ async def collect(items: Sequence[Any], run_one: RunOne, *, concurrency: int, co
         nonlocal finished
         try:
             value = task.result()
+        except fatal:
+            raise
         except Exception as exc:   # a fault of the wrapper itself; never lose the item
             value = make_record(items[i], ERROR, f"collector: {type(exc).__name__}: {exc}")
         results[i] = value

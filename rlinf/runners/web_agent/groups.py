@@ -9,7 +9,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlinf.scheduler import TensorLink, WorkerGroup
-from rlinf.utils.typed_config import parse_section
+from rlinf.utils.typed_config import ConfigError, parse_section
+
+#: the actor section's keys -> the web keys they are made from (errors name what the user wrote)
+ACTOR_KEYS = {"algorithm_config.seed": "runner.seed", "algorithm_config.model.model_path": "policy_config.base_model",
+              "algorithm_config.optim.lr": "algorithm_config.learning_rate",
+              "algorithm_config.lr_sched.lr_warmup_iters": "algorithm_config.warmup_steps",
+              "algorithm_config.lr_sched.lr_decay_style": "algorithm_config.lr_scheduler_type",
+              "algorithm_config.model.gradient_checkpointing": "algorithm_config.deepspeed_config_filename",
+              "algorithm_config.fsdp_config": "algorithm_config.deepspeed_config_filename"}
+#: the rollout section's keys -> the web keys
+ROLLOUT_KEYS = {"policy_config.backend": "policy_config.rollout_backend"}
+
+
+def parse_as_written(cls, raw: dict, path: str, written: dict[str, str], fallback: str):
+    """``parse_section(cls, raw, path)`` for a section the run builds from the user's keys: an
+    error names the key the user wrote (``written``: built key or key prefix -> written key;
+    others: ``fallback``), never the built one.
+
+    >>> from rlinf.config.actor import ActorConfig
+    >>> parse_as_written(ActorConfig, {"optim": {"lr": -1.0}}, "algorithm_config", ACTOR_KEYS, "algorithm_config")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: algorithm_config.learning_rate: must be > 0, got -1.0
+    """
+    try:
+        return parse_section(cls, raw, path)
+    except ConfigError as exc:
+        key = next((w for built, w in written.items() if exc.key == built or exc.key.startswith(built + ".")),
+                   fallback)
+        raise ConfigError(key, str(exc)[len(exc.key) + 2:]) from None
 
 
 @dataclass
@@ -35,7 +64,8 @@ def rollout_section(cfg):
     from rlinf.config.rollout import RolloutConfig
 
     backend = {"hf": "huggingface", "vllm": "vllm"}[cfg.policy_config.rollout_backend]
-    return parse_section(RolloutConfig, {"backend": backend, "detokenize": True}, "policy_config")
+    return parse_as_written(RolloutConfig, {"backend": backend, "detokenize": True}, "policy_config", ROLLOUT_KEYS,
+                            "policy_config")
 
 
 def actor_section(cfg, model_path: str):
@@ -57,7 +87,7 @@ def actor_section(cfg, model_path: str):
         raw["model"]["gradient_checkpointing"] = z["gradient_checkpointing"]
         raw["fsdp_config"] = {"sharding_strategy": z["sharding_strategy"], "cpu_offload": z["cpu_offload"],
                               "mixed_precision": {"param_dtype": z["param_dtype"]}}
-    return parse_section(ActorConfig, raw, "algorithm_config")
+    return parse_as_written(ActorConfig, raw, "algorithm_config", ACTOR_KEYS, "algorithm_config")
 
 
 def algorithm_section(cfg):

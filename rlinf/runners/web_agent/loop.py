@@ -10,11 +10,15 @@
                        before the first iteration, every ``runner.test_interval`` iterations and
                        after the last
 
-Trajectories go to ``<save_path>/train_trajectories/`` and ``<save_path>/test_trajectories/``
+The schedule around the iteration is the shared one (:class:`~rlinf.runners.schedule.ScheduledRunner`:
+evaluations, checkpoints every ``runner.save_interval`` iterations or ``save_interval_secs``
+seconds, the ``max_minutes`` limit, the progress bar, the metric logger). Trajectories go to
+``<save_path>/train_trajectories/`` and ``<save_path>/test_trajectories/``
 (``iteration{K}_rank_{r}.pt``), metrics to ``<save_path>/metrics.jsonl`` (seed 004's rollout
 metrics under ``train/`` and ``test/``, the update's under ``actor/``), actor checkpoints to
-``<save_path>/checkpoints/global_step_<K>/``. ``runner.resume: auto`` continues after the last
-complete checkpoint; an iteration whose rollout was interrupted reruns only its unsaved tasks.
+``<save_path>/checkpoints/global_step_<K>/``. ``runner.resume: auto`` (or ``recover_mode``)
+continues after the last complete checkpoint; an iteration whose rollout was interrupted reruns
+only its unsaved tasks.
 """
 
 from __future__ import annotations
@@ -30,10 +34,22 @@ from rlinf.runners.web_agent.metrics import rollout_metrics
 from rlinf.runners.web_agent.rollout import run_phase
 from rlinf.runners.web_agent.screens import noop_rate
 from rlinf.runners.web_agent.store import load_iteration
-from rlinf.runners.web_agent.update import plan_steps, select_samples, step_batches
+from rlinf.runners.schedule import Schedule, ScheduledRunner
+from rlinf.runners.web_agent.update import select_samples, step_batches
 
 
-class WebAgentRunner:
+def web_schedule(cfg, resume_dir: str | None) -> Schedule:
+    """The shared schedule from WebGym's ``runner`` keys (evaluations as ``test_interval``
+    says; a rollout-only run saves no checkpoints: its batches are saved as they run)."""
+    r = cfg.runner
+    return Schedule(label="web_agent", val_interval=r.test_interval if cfg.env_config.evaluates else -1,
+                    save_interval=r.save_interval if cfg.trains else -1,
+                    save_interval_secs=r.save_interval_secs if cfg.trains else None,
+                    max_seconds=r.max_minutes * 60 if r.max_minutes else None, resume_dir=resume_dir,
+                    curves_path=os.path.join(cfg.save_path, "curves.png"))
+
+
+class WebAgentRunner(ScheduledRunner):
     """Drives the launched groups through iterations.
 
     Args:
@@ -47,16 +63,27 @@ class WebAgentRunner:
         settings: ``{"train": EpisodeSettings, "test": EpisodeSettings}``; limits likewise.
         pad_token_id: for the update's batches.
         logger: a :class:`~rlinf.utils.metric_logger.MetricLogger` (or None).
+        start_iteration: iterations already finished (a resumed run: with an actor, the
+            checkpoint of that iteration is loaded by :meth:`run`; a rollout-only run continues
+            after its last complete batch).
     """
 
+    BAR_KEYS = {"train": "train/success_rate", "test": "test/success_rate", "loss": "actor/policy_loss"}
+    CURVE_KEYS = ("train/success_rate", "test/success_rate", "actor/policy_loss", "actor/sft_loss")
+    SUMMARY_KEY = "test/success_rate"
+
     def __init__(self, cfg, env_urls, policy, actor, rollout, judge, tasks, settings, limits, pad_token_id,
-                 logger=None, log=print):
+                 logger=None, log=print, start_iteration: int = 0):
         self.cfg, self.env_urls, self.policy = cfg, env_urls, policy
         self.actor, self.rollout, self.judge = actor, rollout, judge
         self.tasks, self.settings, self.limits = tasks, settings, limits
         self.pad_token_id, self.logger, self.log = pad_token_id, logger, log
         self.pool: list[tuple[int, dict]] = []
         self.history: list[dict] = []
+        self.total_steps = cfg.runner.iterations
+        resume = start_iteration and actor is not None
+        self.step = 0 if resume else start_iteration
+        self.schedule = web_schedule(cfg, ckpt.step_folder(self.checkpoints, start_iteration) if resume else None)
 
     # -- folders -------------------------------------------------------------------------------
     def _folder(self, split: str) -> str:
@@ -131,36 +158,49 @@ class WebAgentRunner:
         self.actor.send_weights().wait()
         receiving.wait()
 
-    # -- the loop ------------------------------------------------------------------------------
-    def fit(self, start_iteration: int = 0) -> list[dict]:
-        """Iterations ``start_iteration .. runner.iterations - 1`` (train rollout, update, sync,
-        checkpoint; evaluations when ``runner.evaluates_after``); a rollout-only run (no actor)
-        collects one batch of ``env_config.split`` per iteration."""
-        runner = self.cfg.runner
-        deadline = time.monotonic() + runner.max_minutes * 60 if runner.max_minutes else None
+    # -- the schedule's steps ----------------------------------------------------------------------
+    def train_step(self) -> dict:
+        """One iteration: a train rollout, then (with an actor) the update and the weight sync;
+        a rollout-only run collects one batch of ``env_config.split``."""
+        it = self.step
         if self.actor is None:
-            for it in range(start_iteration, runner.iterations):
-                self._log(it + 1, self.rollout_phase(self.cfg.env_config.split, it)[1])
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-            return self.history
-        for k in range(start_iteration):  # the positive pool of a resumed run
-            self.pool.extend((k, t) for t in load_iteration(self._folder("train"), k))
-        evaluates = self.cfg.env_config.evaluates
-        if evaluates and start_iteration == 0 and runner.evaluates_after(0):
-            self._log(0, self.rollout_phase("test", 0)[1])
-        for it in range(start_iteration, runner.iterations):
+            metrics = self.rollout_phase(self.cfg.env_config.split, it)[1]
+        else:
             trajs, metrics = self.rollout_phase("train", it)
             metrics.update(self._update_and_sync(trajs, it))
-            out_of_time = deadline is not None and time.monotonic() > deadline
-            if evaluates and (runner.evaluates_after(it + 1) or out_of_time):
-                metrics.update(self.rollout_phase("test", it + 1)[1])
-            self._log(it + 1, metrics)
-            self._checkpoint(it + 1)
-            if out_of_time:
-                self.log(f"[web] runner.max_minutes ({runner.max_minutes}) reached after iteration {it + 1}")
-                break
-        return self.history
+        self.step = it + 1
+        return {"step": float(self.step), **metrics}
+
+    def has_validation(self) -> bool:
+        return self.actor is not None and self.cfg.env_config.evaluates
+
+    def validate(self) -> dict:
+        return self.rollout_phase("test", self.step)[1]
+
+    def save_checkpoint(self) -> str:
+        folder = ckpt.step_folder(self.checkpoints, self.step)
+        self.actor.execute("save_checkpoint", os.path.join(folder, "actor")).wait()
+        ckpt.write_trainer_state(folder, {"step": self.step, "metrics": self.history})
+        return folder
+
+    def load_checkpoint(self, path: str) -> None:
+        """The actor's state after iteration K (``path``: its ``global_step_<K>`` folder), the
+        rollout weights synced to it, the metric history and the positive pool of iterations
+        0 .. K-1."""
+        folder = ckpt.resolve_resume_dir(path)
+        state = ckpt.read_trainer_state(folder)
+        self.actor.execute("load_checkpoint", os.path.join(folder, "actor")).wait()
+        self.step = int(state["step"])
+        self.history = list(state.get("metrics", []))
+        self.sync_weights(self.step)
+        for k in range(self.step):
+            self.pool.extend((k, t) for t in load_iteration(self._folder("train"), k))
+
+    def record(self, metrics: dict) -> None:
+        super().record({k: float(v) for k, v in metrics.items()})
+        shown = {k: round(float(v), 3) for k, v in metrics.items() if k.endswith(
+            ("success_rate", "avg_steps", "sft_loss", "policy_loss", "optimizer_steps"))}
+        self.log(f"[web] step {int(metrics['step'])}: {shown}")
 
     def _update_and_sync(self, trajs, it) -> dict:
         started = time.monotonic()
@@ -168,20 +208,6 @@ class WebAgentRunner:
         self.sync_weights(it + 1)
         out["actor/update_seconds"] = time.monotonic() - started
         return out
-
-    def _checkpoint(self, iteration: int) -> None:
-        folder = ckpt.step_folder(self.checkpoints, iteration)
-        self.actor.execute("save_checkpoint", os.path.join(folder, "actor")).wait()
-        ckpt.write_trainer_state(folder, {"step": iteration, "metrics": self.history})
-
-    def _log(self, step: int, metrics: dict) -> None:
-        row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
-        self.history.append(row)
-        if self.logger is not None:
-            self.logger.log(metrics, step)
-        shown = {k: round(v, 3) for k, v in row.items() if k.endswith(("success_rate", "avg_steps", "sft_loss",
-                                                                       "policy_loss", "optimizer_steps"))}
-        self.log(f"[web] step {step}: {shown}")
 
 
 def _shards(steps, ranks, pad_token_id, cutoff_len):

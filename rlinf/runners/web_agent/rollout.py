@@ -24,6 +24,7 @@ from rlinf.runners.web_agent.collector import collect
 from rlinf.runners.web_agent.episode import EpisodeSettings, new_trajectory, run_episode
 from rlinf.runners.web_agent.screens import mark_unchanged_steps
 from rlinf.runners.web_agent.store import TrajectoryStore
+from rlinf.scheduler.errors import SchedulerError
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ async def _run_rank(rank, tasks, env, policy, settings, limits, folder, iteratio
                       completion_threshold=limits.completion_threshold,
                       grace_period_s=limits.completion_grace_period,
                       task_timeout_s=limits.task_timeout_minutes * 60.0,
-                      on_finished=on_finished, make_record=make_record)
+                      on_finished=on_finished, make_record=make_record, fatal=(SchedulerError,))
     finally:
         store.finish()
         await client.aclose()

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.ray
 
 
 def test_rollout_phase_with_an_external_policy_server(tmp_path):
-    from rlinf.runners.web_agent.main import run_web
+    from rlinf.runners.web_agent.recipe import run_web
     from rlinf.runners.web_agent.store import load_iteration
     from rlinf.utils.metric_logger import read_metrics
     from tests.utils.openai_server import OpenAIServer
@@ -45,7 +45,8 @@ def test_rollout_phase_with_an_external_policy_server(tmp_path):
             "runner": {"iterations": 1, "seed": 0}}, print_fn=lambda line: None)
     finally:
         server.close()
-    assert summary["steps"] == 0.0  # no training iterations: a rollout-only run
+    assert summary["steps"] == 1.0  # one rollout batch (a rollout-only run trains nothing)
+    assert summary["val/last_success_rate"] == 1.0  # split test: the batch is an evaluation
     (row,) = read_metrics(str(tmp_path / "run" / "metrics.jsonl"))
     assert row["test/success_rate"] == 1.0 and row["test/trajectories"] == 3.0
     assert {r["model"] for r in server.requests} == {"scripted-agent"}

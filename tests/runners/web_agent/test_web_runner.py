@@ -21,9 +21,7 @@ except Exception as exc:  # noqa: BLE001
     pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
 
 from rlinf.engines.web.judges import JudgeResult  # noqa: E402
-from rlinf.runners.web_agent.build import build_runner  # noqa: E402
-from rlinf.runners.web_agent.groups import launch_web_groups  # noqa: E402
-from rlinf.runners.web_agent.main import prepare_web  # noqa: E402
+from rlinf.runners.web_agent.recipe import WEB_RECIPE  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
@@ -63,20 +61,14 @@ def _raw(tmp_path, model, iterations, resume=None):
 
 
 def _run(ray_cluster, raw):
-    start = prepare_web(raw)
-    groups = launch_web_groups(start.cfg, ray_cluster, start.cfg.plan(), start)
+    """The recipe's steps on the test's cluster, with the judge swapped (run_once's order)."""
+    start = WEB_RECIPE.prepare(raw)
+    groups = WEB_RECIPE.launch(start, ray_cluster, start.cfg.plan())
     try:
-        runner = build_runner(start, groups, None, print)
+        runner = WEB_RECIPE.build_runner(start, groups, None, print)
         runner.judge = FirstRepeatJudge()
-        if start.resume_iteration:
-            import os
-
-            from rlinf.runners import checkpoint as ckpt
-
-            folder = ckpt.step_folder(runner.checkpoints, start.resume_iteration)
-            groups.actor.execute("load_checkpoint", os.path.join(folder, "actor")).wait()
-            runner.sync_weights(start.resume_iteration)
-        return start, runner.fit(start.resume_iteration)
+        runner.run(print)
+        return start, runner.history
     finally:
         groups.shutdown()
 
@@ -106,10 +98,10 @@ def test_online_loop_trains_syncs_checkpoints_and_resumes(ray_cluster, tmp_path)
     from rlinf.utils.typed_config import ConfigError
 
     with pytest.raises(ConfigError, match="runner.resume"):
-        prepare_web(_raw(tmp_path, model, iterations=3))
+        WEB_RECIPE.prepare(_raw(tmp_path, model, iterations=3))
     start, history = _run(ray_cluster, _raw(tmp_path, model, iterations=3, resume="auto"))
-    assert start.resume_iteration == 2 and [row["step"] for row in history] == [3]
-    assert "test/success_rate" in history[0]
+    assert start.resume_iteration == 2 and [row["step"] for row in history] == [0, 1, 2, 3]  # history restored
+    assert "test/success_rate" in history[-1] and history[-1]["train/trajectories"] == 4.0
     third = load_iteration(str(run / "train_trajectories"), 2)
     assert {s.get("policy_version") for t in third for s in t["steps"] if s.get("response_ids")} == {2}
 
@@ -136,3 +128,35 @@ def test_vllm_rollout_backend_acts_in_the_browser_and_follows_the_actor(ray_clus
         replies = [s for t in trajectories for s in t["steps"] if s.get("response_ids")]
         assert replies and {s["policy_version"] for s in replies} == {iteration}
         assert all(isinstance(s["response"], str) for s in replies)
+
+
+def test_a_killed_rollout_worker_restarts_the_web_run_from_its_last_checkpoint(ray_cluster, tmp_path):
+    """recover_mode fault on the web recipe: the rollout worker is killed after iteration 1; the
+    run restarts from its last complete checkpoint, finishes, and logs every iteration once."""
+    import os
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_recovery import _kill_after
+
+    from rlinf.runners.web_agent.recipe import run_web
+    from rlinf.utils.metric_logger import read_metrics
+    from toolkits.tiny_math.make_model import make_model
+
+    model = str(make_model(tmp_path / "model", "tiny"))
+    raw = _raw(tmp_path, model, iterations=3)
+    raw["env_config"].update(test_tasks_rollout_size=0, test_tasks_repeat_times=0)  # training only
+    del raw["runner"]["test_interval"]
+    raw["runner"].update(recover_mode="fault", recover_retries=1)
+    killed: list[int] = []
+    lines: list[str] = []
+    thread = _kill_after(tmp_path / "run" / "metrics.jsonl", 1, "RolloutGroup", killed)
+    summary = run_web(raw, print_fn=lambda *a: lines.append(" ".join(map(str, a))))
+    thread.join(5)
+    assert killed, "the test never killed the rollout worker"
+    assert summary["steps"] == 3
+    recovered = [line for line in lines if "recover_mode fault" in line]
+    assert len(recovered) == 1 and "RolloutGroup[0]" in recovered[0], lines
+    steps = [int(r["step"]) for r in read_metrics(str(tmp_path / "run" / "metrics.jsonl"))]
+    assert steps == [1, 2, 3]  # continued, nothing logged twice
+    assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == [f"global_step_{i}" for i in (1, 2, 3)]

@@ -1,0 +1,70 @@
+"""The math recipe: RL on prompts with verifiable answers (GRPO, PPO with a critic, REINFORCE++,
+RLOO, DAPO pieces), one training step as :mod:`rlinf.runners.math.loop` shows it.
+
+    config -> :class:`~rlinf.config.math.MathConfig` + tokenizer + prompt loaders (before Ray)
+    -> actor / rollout / reward (/ inference / critic) groups -> :class:`MathRunner`
+    -> fit / only_eval -> HF export, curve PNG, summary
+
+``examples/math/main_grpo.py`` is its Hydra entry; :func:`run_math` runs it from a dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rlinf.config.math import MathConfig
+from rlinf.runners.math.preflight import MathStart, prepare_math
+from rlinf.runners.recipe import Recipe, run_recipe
+
+
+class MathRecipe(Recipe):
+    """Math RL on the shared run layer (see the module docstring)."""
+
+    name = "math"
+    config_cls = MathConfig
+    summary_metric = "accuracy"
+    summary_label = "held-out accuracy"
+
+    def prepare(self, raw: Any) -> MathStart:
+        return prepare_math(raw)
+
+    def describe(self, start: MathStart, plan) -> list[str]:
+        cfg = start.cfg
+        from rlinf.runners.math.loop import total_training_steps
+
+        total = total_training_steps(cfg, start.train.batches_per_epoch)
+        extra = "".join(f", {getattr(cfg, c).group_name} ({c})" for c in ("reward", "inference", "critic")
+                        if c in plan.components)
+        return [f"{total} steps of {cfg.data.rollout_batch_size} prompts x {cfg.algorithm.group_size}; "
+                f"placement: rollout={plan.mode('actor', 'rollout').value}; rollout backend "
+                f"{cfg.rollout.engine_backend}; logs in {cfg.runner.logger.log_path}",
+                f"groups {cfg.actor.group_name} (actor), {cfg.rollout.group_name} (rollout){extra}"]
+
+    def launch(self, start: MathStart, cluster, plan, print_fn: Callable = print):
+        from rlinf.runners.math.groups import launch_math_groups
+        from rlinf.runners.math.loop import total_training_steps
+
+        return launch_math_groups(start.cfg, cluster, plan, total_training_steps(start.cfg, start.train.batches_per_epoch))
+
+    def build_runner(self, start: MathStart, groups, logger, print_fn: Callable = print):
+        from rlinf.runners.math.loop import MathRunner
+
+        tok = start.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        runner = MathRunner(start.cfg, groups, start.train, start.val, pad, logger)
+        if start.cfg.rollout.recompute_logprobs:
+            why = runner.pipeline.recompute_reason
+            print_fn("[rlinf] old log-probs: " + ("the update's own (one on-policy optimizer step per batch: no "
+                                                  "separate pass)" if why is None else f"recomputed by the actor ({why})"))
+        return runner
+
+
+#: the math recipe (stateless; one instance serves every run)
+MATH_RECIPE = MathRecipe()
+
+
+def run_math(raw: Any, print_fn: Callable = print) -> dict[str, float]:
+    """Run the math RL job described by ``raw`` (a Hydra ``DictConfig`` or a plain dict):
+    :func:`~rlinf.runners.recipe.run_recipe` with :data:`MATH_RECIPE`. Returns ``steps`` and,
+    when validating, ``val/first_accuracy`` / ``val/last_accuracy``."""
+    return run_recipe(MATH_RECIPE, raw, print_fn)

@@ -1,0 +1,127 @@
+"""Recipes: one kind of run (math RL, embodied RL, web-agent RL, ...) on one shared run layer.
+
+A :class:`Recipe` says what is specific to its kind of run; :func:`run_recipe` does the rest,
+the same for every recipe::
+
+    compose (the Hydra entry)  ->  parse the typed root config  ->  checks before Ray
+    ->  cluster + placement plan  ->  logger  ->  worker groups  ->  runner (resume?)
+    ->  fit  ->  shutdown                          all under runner.recover_mode
+
+What a recipe gives:
+
+* :attr:`Recipe.config_cls`: its typed root config (a :class:`~rlinf.config.root.RootConfig`);
+* :meth:`Recipe.prepare`: every check knowable before Ray (config, files, simulators, ...),
+  returning a :class:`RunStart` (the config, the step to resume from and what the checks loaded);
+* :meth:`Recipe.launch`: its worker groups on the plan (an object with ``shutdown()``);
+* :meth:`Recipe.build_runner`: its runner, a :class:`~rlinf.runners.schedule.ScheduledRunner`;
+* :meth:`Recipe.recovery` / :meth:`Recipe.with_resume`: where its checkpoints are and how a
+  restart resumes (read from the raw config before the full parse);
+* :meth:`Recipe.describe` (optional): start-up lines about the run.
+
+Shared runner code (this module, ``schedule``, ``recovery``, ``launch``, ``entry``,
+``compose``, ``checkpoint``, ``preflight``) imports no recipe; each recipe lives in its own
+folder under ``rlinf/runners/`` and imports from the shared layer only.
+
+Example (a recipe's entry point; see docs/design.md "How to add a recipe")::
+
+    from rlinf.runners.math.recipe import MATH_RECIPE
+    summary = run_recipe(MATH_RECIPE, raw_config_dict)        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+from rlinf.config.root import RootConfig
+from rlinf.runners.recovery import Recovery, run_with_recovery, runner_recovery, with_resume_dir
+
+
+@dataclass
+class RunStart:
+    """What a recipe's :meth:`Recipe.prepare` hands on: the typed config and the step to
+    resume from (None: a fresh run). Recipes subclass it to carry what their checks loaded
+    (tokenizer, data loaders, simulator specs, tasks)."""
+
+    cfg: Any
+    resume_step: int | None
+
+
+class Recipe:
+    """One kind of run; see the module docstring. Subclasses set the class attributes and
+    implement :meth:`prepare`, :meth:`launch` and :meth:`build_runner`; a run whose ``runner:``
+    section is not :class:`~rlinf.config.runner.RunnerConfig` also overrides :meth:`recovery`
+    and :meth:`with_resume`."""
+
+    #: short name ("math"), used in messages
+    name: ClassVar[str] = ""
+    #: the typed root config
+    config_cls: ClassVar[type[RootConfig]]
+    #: the summary metric the entry prints first -> last (``val/first_<metric>``)
+    summary_metric: ClassVar[str] = "accuracy"
+    #: how the entry names it ("held-out accuracy")
+    summary_label: ClassVar[str] = "validation"
+
+    def prepare(self, raw: Any) -> RunStart:
+        """Parse ``raw`` and run every check knowable before Ray; raise
+        :class:`~rlinf.utils.typed_config.ConfigError` naming the key."""
+        raise NotImplementedError
+
+    def describe(self, start: RunStart, plan) -> list[str]:
+        """Start-up lines about the run (printed after the cluster starts)."""
+        return []
+
+    def open_logger(self, start: RunStart):
+        """The run's :class:`~rlinf.utils.metric_logger.MetricLogger` (``runner.logger``)."""
+        from rlinf.runners.launch import open_logger
+
+        return open_logger(start.cfg.runner, start.resume_step)
+
+    def launch(self, start: RunStart, cluster, plan, print_fn: Callable = print):
+        """Start the worker groups; returns an object with ``shutdown()``."""
+        raise NotImplementedError
+
+    def build_runner(self, start: RunStart, groups, logger, print_fn: Callable = print):
+        """The run's :class:`~rlinf.runners.schedule.ScheduledRunner`."""
+        raise NotImplementedError
+
+    def recovery(self, raw: dict) -> Recovery:
+        """``runner.recover_mode`` and the checkpoint folder, from the plain raw config (default:
+        a ``runner:`` section of :class:`~rlinf.config.runner.RunnerConfig`)."""
+        return runner_recovery(raw)
+
+    def with_resume(self, raw: dict, checkpoint: str | None) -> dict:
+        """A copy of ``raw`` that resumes from ``checkpoint`` (a ``global_step_<N>`` folder; None:
+        from the start); default: ``runner.resume_dir``."""
+        return with_resume_dir(raw, checkpoint)
+
+
+def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
+    """Run ``recipe`` on ``raw`` (a Hydra ``DictConfig`` or a plain dict) under
+    ``runner.recover_mode`` (:func:`~rlinf.runners.recovery.run_with_recovery`). Returns the
+    runner's summary (``steps`` and, when it evaluates, ``val/first_<metric>`` /
+    ``val/last_<metric>``)."""
+    return run_with_recovery(recipe, raw, lambda plain: run_once(recipe, plain, print_fn), print_fn)
+
+
+def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
+    """One attempt: checks before Ray, cluster, logger, groups, runner, fit, shutdown."""
+    from rlinf.runners.launch import start_cluster
+
+    start = recipe.prepare(raw)
+    cluster, plan = start_cluster(start.cfg, print_fn)
+    for line in recipe.describe(start, plan):
+        print_fn(f"[rlinf] {line}")
+    logger = recipe.open_logger(start)
+    groups = runner = None
+    try:
+        groups = recipe.launch(start, cluster, plan, print_fn)
+        runner = recipe.build_runner(start, groups, logger, print_fn)
+        return runner.run(print_fn)
+    finally:
+        if runner is not None:
+            runner.close()
+        if groups is not None:
+            groups.shutdown()
+        if logger is not None:
+            logger.close()
