@@ -21,7 +21,7 @@ pytest.importorskip("megatron.core")
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader  # noqa: E402
 from rlinf.data.readers import read_rows  # noqa: E402
 from rlinf.runners.math import groups as math_groups  # noqa: E402
-from rlinf.runners.math.loop import MathGRPORunner  # noqa: E402
+from rlinf.runners.math.loop import MathRunner  # noqa: E402
 from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
 from test_megatron_actor_worker import ShimmedMegatronActor  # noqa: E402
 
@@ -56,7 +56,7 @@ def test_grpo_steps_with_the_megatron_actor(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setattr(math_groups, "MegatronActorWorker", ShimmedMegatronActor)
     groups = math_groups.launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=2)
     try:
-        runner = MathGRPORunner(cfg, groups, train, None, tok.pad_token_id)
+        runner = MathRunner(cfg, groups, train, None, tok.pad_token_id)
         for step in (1, 2):
             metrics = runner.train_step()
             assert metrics["step"] == step and metrics["reward/count"] == 8  # 4 prompts x 2
