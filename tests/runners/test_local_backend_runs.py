@@ -6,7 +6,6 @@ equal (compared exactly; timings and throughputs aside). Bad input through the m
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -23,16 +22,6 @@ from rlinf.utils.metric_logger import read_metrics
 ROOT = Path(__file__).resolve().parents[2]
 ONE_PROCESS = {"num_nodes": 1, "accelerators_per_node": 1}
 TIMING = ("time/", "throughput/", "perf/")
-
-
-def _recipe(task: str, fn: str):
-    """``run_math`` / ``run_embodied`` wherever the run layer keeps them now."""
-    for module in (f"rlinf.runners.{task}.recipe", f"rlinf.runners.{task}.main"):
-        try:
-            return getattr(importlib.import_module(module), fn)
-        except (ImportError, AttributeError):
-            continue
-    raise ImportError(f"no {fn} in rlinf.runners.{task}")
 
 
 def _compose(config_dir: Path, name: str, overrides: list[str]) -> dict:
@@ -74,7 +63,7 @@ def _compare(local_path: Path, ray_path: Path) -> int:
 def test_tiny_math_config_gives_the_same_metrics_locally_and_on_ray(ray_cluster, tmp_path, same_process_state):
     from toolkits.tiny_math.make_model import make_model
 
-    run_math = _recipe("math", "run_math")
+    from rlinf.runners.math.recipe import run_math
     model = str(make_model(tmp_path / "model"))
     val = tmp_path / "val.jsonl"
     rows = [json.loads(line) for line in open(ROOT / "examples/math/data/val.jsonl")][:4]
@@ -98,7 +87,7 @@ def test_tiny_math_config_gives_the_same_metrics_locally_and_on_ray(ray_cluster,
 
 @pytest.mark.ray
 def test_toy_embodied_config_gives_the_same_metrics_locally_and_on_ray(ray_cluster, tmp_path, same_process_state):
-    run_embodied = _recipe("embodied", "run_embodied")
+    from rlinf.runners.embodied.recipe import run_embodied
     summaries, logs = {}, {}
     for backend in ("local", "ray"):
         raw = _compose(ROOT / "examples/embodiment/config", "toy_ppo_mlp", [
@@ -113,9 +102,9 @@ def test_toy_embodied_config_gives_the_same_metrics_locally_and_on_ray(ray_clust
 
 
 @pytest.mark.parametrize("args, line", [
-    (["++cluster.backend=lokal"],
+    (["cluster.backend=lokal"],
      "config error: cluster.backend: 'lokal' is not allowed; expected one of 'ray', 'local'"),
-    (["++cluster.backend=local"],  # the tiny config: actor,rollout,reward on both of 2 accelerators
+    (["cluster.backend=local"],  # the tiny config: actor,rollout,reward on both of 2 accelerators
      "config error: cluster.component_placement.actor: local mode runs one process per group; actor is "
      "placed on 2 processes: place it on one accelerator, e.g. `actor,rollout,reward: 0` with "
      "cluster.accelerators_per_node: 1"),
