@@ -24,7 +24,7 @@ What both sides do per step, with the same settings: take the next P prompts of
 ``add_generation_prompt=True``), sample G responses each at temperature 1 with exactly N new tokens
 (min = max new tokens, so lengths match; the mean length of each side is printed), score them with
 rlinf's math reward (``+-reward_scale`` for a correct / wrong boxed answer; TRL calls
-``rlinf.algorithms.rewards.math_reward`` with the same verifier settings), group-normalised
+``rlinf.rewards.math_reward`` with the same verifier settings), group-normalised
 advantages, one optimizer step over the whole batch as one micro-batch (AdamW, constant LR, grad
 clip 1.0, PPO clip 0.2, per-sequence token-mean loss: TRL ``loss_type="grpo"``, rlinf
 ``loss_agg_func: seq-mean-token-mean``), KL weight ``beta`` (default 0: no reference model on
@@ -266,7 +266,7 @@ class RlinfSide:
 # ---- TRL side ----------------------------------------------------------------------------------
 def trl_reward_fn(reward_cfg):
     """rlinf's math reward as a TRL reward function (same verifier settings as the reward worker)."""
-    from rlinf.algorithms.rewards import MathVerifier, math_reward
+    from rlinf.rewards import MathVerifier, math_reward
 
     verifier = MathVerifier.from_config(reward_cfg)
 

@@ -73,7 +73,7 @@ def make_batch(seed: int, n: int) -> tuple[list[str], list[str]]:
 def reference_score(responses: list[str], golds: list[str]) -> list[bool]:
     from math_verify import parse, verify
 
-    from rlinf.algorithms.rewards import extract_boxed_answer
+    from rlinf.rewards import extract_boxed_answer
 
     out = []
     for response, gold in zip(responses, golds):
@@ -95,7 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 pairs, 1 run, 2 hostile inputs")
     args = parser.parse_args()
-    from rlinf.algorithms.rewards import MathVerifier
+    from rlinf.rewards import MathVerifier
 
     n_pairs, runs = (104, 1) if args.quick else (1000, 3)
     verifiers = {f"MathVerifier(num_processes={p})": MathVerifier(num_processes=p) for p in (1, 2)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 #: package -> layer; a package may import packages of a lower or equal layer
 LAYERS = {"utils": 0, "scheduler": 1, "config": 2, "data": 2, "algorithms": 2, "models": 3, "engines": 3,
-          "objectives": 4, "workers": 5, "runners": 6}
+          "envs": 3, "rewards": 3, "objectives": 4, "workers": 5, "runners": 6}
 ROOT = Path(__file__).resolve().parents[1] / "rlinf"
 
 

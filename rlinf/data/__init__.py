@@ -1,4 +1,5 @@
-"""Typed objects that cross component boundaries (rollout batches) and the prompt datasets."""
+"""Typed objects that cross component boundaries (rollout batches) and the datasets: the math
+prompt datasets and the web task files (:mod:`rlinf.data.web_tasks`)."""
 
 from rlinf.data.rollout_batch import RolloutBatch
 

@@ -25,7 +25,7 @@ from rlinf.algorithms import (
     get_advantage_estimator,
     masked_mean,
 )
-from rlinf.algorithms.rewards.shaping import clip_rewards, normalize_rewards
+from rlinf.algorithms.reward_shaping import clip_rewards, normalize_rewards
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.base import LossFn
@@ -58,7 +58,7 @@ def add_advantages(batch: RolloutBatch, algo: AlgorithmConfig) -> None:
 
 
 def shape_rewards(rewards: torch.Tensor, algo: AlgorithmConfig) -> torch.Tensor:
-    """``reward_clip`` then ``reward_norm`` (see :mod:`rlinf.algorithms.rewards.shaping`)."""
+    """``reward_clip`` then ``reward_norm`` (see :mod:`rlinf.algorithms.reward_shaping`)."""
     rewards = clip_rewards(rewards, algo.reward_clip)
     norm = algo.reward_norm
     if norm is not None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlinf.algorithms import AdvantageInputs, get_advantage_estimator
-from rlinf.algorithms.rewards.shaping import clip_rewards, normalize_rewards
+from rlinf.algorithms.reward_shaping import clip_rewards, normalize_rewards
 
 
 def test_rloo_baseline_is_the_mean_of_the_other_samples():

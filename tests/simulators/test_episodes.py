@@ -9,7 +9,7 @@ import torch
 from rlinf.config.env import EnvConfig, EnvInitParams
 from rlinf.engines.simulators import EpisodeVectorEnv, make_vector_env
 from rlinf.engines.simulators.single import SerialBatchSim
-from rlinf.engines.simulators.toy import ToyReachEnv
+from rlinf.envs.toy_reach import ToyReachEnv
 
 
 def toy(n=4, **kw) -> EpisodeVectorEnv:

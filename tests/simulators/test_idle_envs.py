@@ -12,7 +12,7 @@ import torch
 from rlinf.engines.simulators import EpisodeVectorEnv
 from rlinf.engines.simulators.single import SerialBatchSim
 from rlinf.engines.simulators.subproc import SubprocBatchSim
-from rlinf.engines.simulators.toy import ToyReachEnv
+from rlinf.envs.toy_reach import ToyReachEnv
 from rlinf.workers.env.env_worker import _ChunkRun
 from rlinf.workers.env.messages import EpisodeStats
 

@@ -13,7 +13,7 @@ import torch
 
 from rlinf.engines.simulators import EpisodeVectorEnv, SimulatorError
 from rlinf.engines.simulators.subproc import SubprocBatchSim
-from rlinf.engines.simulators.toy import ToyReachEnv
+from rlinf.envs.toy_reach import ToyReachEnv
 
 
 def toy_sim(n=2, **kw) -> SubprocBatchSim:

@@ -192,7 +192,7 @@ def test_demos_are_deterministic_and_round_trip_jsonl(demos, tmp_path, settings)
     with pytest.raises(ValueError, match=rf"demos.jsonl:{len(rows) + 1}: not JSON"):
         read_jsonl(path)
 def test_counterfactual_copies_follow_the_page(demos):
-    from rlinf.engines.web.sites.catalog import shop_catalog
+    from rlinf.envs.web_sites.catalog import shop_catalog
     from toolkits.web_tasks.demos import augment_rows
 
     rows, _ = demos
@@ -236,7 +236,7 @@ def test_counterfactual_copies_follow_the_page(demos):
 def test_typed_search_copies_ask_for_another_name_and_type_it(demos):
     import re
 
-    from rlinf.engines.web.sites.catalog import shop_catalog
+    from rlinf.envs.web_sites.catalog import shop_catalog
     from toolkits.web_tasks.demos import augment_rows
 
     rows, _ = demos
@@ -259,7 +259,7 @@ def test_typed_search_copies_ask_for_another_name_and_type_it(demos):
 
 def test_category_demos_mix_guesses_with_looking_and_copies_swap_the_category():
     _need_chromium()
-    from rlinf.engines.web.sites.catalog import shop_catalog
+    from rlinf.envs.web_sites.catalog import shop_catalog
     from toolkits.web_tasks.demos import augment_rows, collect_demos, guess_answers
 
     tasks = _tasks(DEMO_TRAIN, "shop_category", 3)

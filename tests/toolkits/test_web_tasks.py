@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlinf.engines.web.sites import SiteServer
-from rlinf.engines.web.tasks import load_tasks
+from rlinf.data.web_tasks import load_tasks
+from rlinf.envs.web_sites import SiteServer
 from toolkits.web_tasks import make_tasks as mt
 
 DATA = Path(__file__).resolve().parents[2] / "examples" / "web_agent" / "data"

@@ -62,7 +62,7 @@ def guess_answers(task: dict, site_seed: int = 0) -> list[str]:
     """
     if task.get("family") != "shop_category":
         return []
-    from rlinf.engines.web.sites.catalog import shop_catalog
+    from rlinf.envs.web_sites.catalog import shop_catalog
 
     return sorted(shop_catalog(site_seed).categories.values())
 
@@ -150,7 +150,7 @@ def search_starts(task: dict, count: int, seed: int = 0, site_seed: int = 0) -> 
     """
     from urllib.parse import quote
 
-    from rlinf.engines.web.sites.catalog import shop_catalog
+    from rlinf.envs.web_sites.catalog import shop_catalog
     from toolkits.web_tasks.make_tasks import describe_task
 
     if task.get("family") not in ("shop_price", "shop_stock") or count <= 0:
@@ -370,7 +370,7 @@ def augment_rows(rows: list[dict], clicks: int = 4, answers: int = 1, seed: int 
         >>> new["response"] == f'answer "{new["observation"]["text"][7:]}"' and new["augmented"]
         True
     """
-    from rlinf.engines.web.sites.catalog import shop_catalog
+    from rlinf.envs.web_sites.catalog import shop_catalog
 
     products = {p.name for p in shop_catalog(site_seed).products}
     categories = shop_catalog(site_seed).categories

@@ -1,6 +1,6 @@
 """Held-out success of a web policy, offline: the shipped sites, real Chromium, HF ``generate``.
 
-No Ray and no browser server: one :class:`~rlinf.engines.web.sites.server.SiteServer`, one
+No Ray and no browser server: one :class:`~rlinf.envs.web_sites.server.SiteServer`, one
 in-process :class:`~rlinf.engines.web.browser.BrowserHost`, and the runner's own episode function
 (:func:`rlinf.runners.web_agent.episode.run_episode`), so prompts are rendered and replies parsed
 exactly as in a training run. Prompts are encoded with
@@ -8,7 +8,7 @@ exactly as in a training run. Prompts are encoded with
 so greedy results do not depend on which episodes happen to share a batch); several episodes
 run at once and their browser work overlaps the model's.
 
-Success is the rule evaluator's verdict (:func:`rlinf.engines.web.judges.match_answer`, the
+Success is the rule evaluator's verdict (:func:`rlinf.rewards.web_judges.match_answer`, the
 demo's reward); ``exact`` also counts answers equal to the reference after normalising
 whitespace and case only.
 
@@ -82,7 +82,7 @@ def judge(task: dict, answer) -> dict:
         >>> judge({"reference_answer": "$12.50", "answer_type": "exact"}, "$12.5")
         {'success': True, 'exact': False}
     """
-    from rlinf.engines.web.judges import match_answer
+    from rlinf.rewards.web_judges import match_answer
 
     reference = task["reference_answer"]
     refs = reference if isinstance(reference, list) else [reference]
@@ -93,7 +93,7 @@ def judge(task: dict, answer) -> dict:
 
 def select_tasks(path: str | Path, family: str | None = None, limit: int = 0) -> list[dict]:
     """Tasks of ``path`` (validated by ``load_tasks``), of one ``family`` (None: all), first ``limit``."""
-    from rlinf.engines.web.tasks import load_tasks
+    from rlinf.data.web_tasks import load_tasks
 
     tasks = [t for t in load_tasks(str(path)) if family is None or t.get("family") == family]
     if not tasks:
@@ -142,7 +142,7 @@ async def open_web(site_seed: int = 0, executable_path: str | None = None,
             iid = await web.allocate()
     """
     from rlinf.engines.web.browser import BrowserHost
-    from rlinf.engines.web.sites.server import SiteServer
+    from rlinf.envs.web_sites.server import SiteServer
 
     sites = SiteServer(seed=site_seed)
     base = sites.start()

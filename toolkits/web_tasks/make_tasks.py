@@ -1,6 +1,6 @@
 """Generates the web-agent task files (``train.jsonl``, ``test.jsonl``) from the sites' catalogs.
 
-Every task is answerable by browsing the shipped sites (``rlinf.engines.web.sites``) served with
+Every task is answerable by browsing the shipped sites (``rlinf.envs.web_sites``) served with
 the same seed; reference answers are computed from the catalogs. Families:
 
 * ``shop_price`` (easy): start on the category page that lists the product; "What is the price of
@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlinf.engines.web.sites import PLANS, confirmation_code, form_cities, shop_catalog, wiki_catalog
+from rlinf.envs.web_sites import PLANS, confirmation_code, form_cities, shop_catalog, wiki_catalog
 
 PRICE_TEMPLATE = "What is the price of the {name}?"
 STOCK_TEMPLATE = "How many units of the {name} are in stock?"

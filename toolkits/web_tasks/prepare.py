@@ -143,7 +143,7 @@ def prepare(out: str | Path, s: Settings = Settings(), log=print) -> dict:
     timings["demos_s"] = round(time.perf_counter() - t, 1)
 
     t = time.perf_counter()
-    from rlinf.engines.web.sites.catalog import shop_catalog
+    from rlinf.envs.web_sites.catalog import shop_catalog
 
     names = [p.name for p in shop_catalog(0).products] if s.whole_names else []
     tok = tokenizer_from_demos(rows, s.vocab_size, s.max_positions, names)

@@ -1,6 +1,6 @@
 """Simulators under the embodied runtime: one :class:`VectorEnv` interface, one adapter per library.
 
-* ``toy`` — a pure-numpy reaching task (:mod:`~rlinf.engines.simulators.toy`), for tests.
+* ``toy`` — a pure-numpy reaching task (:mod:`~rlinf.envs.toy_reach`), for tests.
 * ``maniskill`` — ManiSkill3 (:mod:`~rlinf.engines.simulators.maniskill`): CPU worker processes,
   or one CUDA batch.
 * ``libero`` — LIBERO suites (:mod:`~rlinf.engines.simulators.libero`): worker processes.
@@ -52,7 +52,7 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None, rank: int = 0) 
         raise ValueError(f"num_envs {n} is not a multiple of group_size {cfg.group_size}")
     if cfg.env_type == "toy":
         from rlinf.engines.simulators.single import SerialBatchSim
-        from rlinf.engines.simulators.toy import ToyReachEnv
+        from rlinf.envs.toy_reach import ToyReachEnv
 
         size = cfg.init_params.camera_heights
         sim: BatchSim = SerialBatchSim([ToyReachEnv(image_size=size) for _ in range(n)])

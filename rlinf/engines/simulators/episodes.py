@@ -10,7 +10,7 @@ observation kept in :attr:`StepResult.final_obs`), reward scaling (``reward_coef
 Example (toy simulator: the agent sits still, so no episode succeeds and all truncate at 2):
     >>> import torch
     >>> from rlinf.engines.simulators.single import SerialBatchSim
-    >>> from rlinf.engines.simulators.toy import ToyReachEnv
+    >>> from rlinf.envs.toy_reach import ToyReachEnv
     >>> env = EpisodeVectorEnv(SerialBatchSim([ToyReachEnv() for _ in range(4)]), max_episode_steps=2,
     ...                        auto_reset=True, use_fixed_reset_state_ids=True, group_size=2, seed=0)
     >>> obs = env.reset()

@@ -7,7 +7,7 @@ A :class:`SingleEnv` knows physics and rendering only; episode rules live in
 :class:`~rlinf.engines.simulators.subproc.SubprocBatchSim` gives each its own process.
 
 Example:
-    >>> from rlinf.engines.simulators.toy import ToyReachEnv
+    >>> from rlinf.envs.toy_reach import ToyReachEnv
     >>> sim = SerialBatchSim([ToyReachEnv(), ToyReachEnv()])
     >>> obs = sim.reset(np.array([0, 1]), np.array([7, 7]))
     >>> bool((obs.states[0] == obs.states[1]).all())   # same state id, same initial state

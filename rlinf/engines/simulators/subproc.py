@@ -13,7 +13,7 @@ and the cause; the whole batch is then stopped (a partial batch is useless to a 
 
 Example:
     >>> from functools import partial
-    >>> from rlinf.engines.simulators.toy import ToyReachEnv
+    >>> from rlinf.envs.toy_reach import ToyReachEnv
     >>> sim = SubprocBatchSim([partial(ToyReachEnv), partial(ToyReachEnv)])  # doctest: +SKIP
     >>> sim.reset(np.arange(2), np.array([5, 6])).states.shape  # doctest: +SKIP
     torch.Size([2, 4])

@@ -1,7 +1,7 @@
 """Ask a simulator library what one environment of ``env.<split>`` looks like, in this process and
 before any worker starts (:func:`probe_obs_spec`).
 
-* ``toy``: one :class:`~rlinf.engines.simulators.toy.ToyReachEnv`, reset once.
+* ``toy``: one :class:`~rlinf.envs.toy_reach.ToyReachEnv`, reset once.
 * ``maniskill``: the task id must be registered and its assets installed; one CPU environment is
   built with the split's modes (whatever ``sim_backend`` the run uses: shapes do not depend on
   it), reset once and closed (about 3 s with the import).
@@ -52,7 +52,7 @@ def _spec_of(obs, sim_spec) -> ObsSpec:
 
 
 def _toy(cfg: Any, key: str) -> ObsSpec:
-    from rlinf.engines.simulators.toy import ToyReachEnv
+    from rlinf.envs.toy_reach import ToyReachEnv
 
     env = ToyReachEnv(image_size=cfg.init_params.camera_heights)
     return _spec_of(env.reset(0), env.spec())

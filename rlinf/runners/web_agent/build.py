@@ -47,7 +47,7 @@ def make_policy(cfg, groups, tokenizer, split: str = "train") -> BatchingPolicy:
 
 
 def make_web_judge(cfg):
-    from rlinf.engines.web.judges import make_judge
+    from rlinf.rewards.web_judges import make_judge
 
     o = cfg.openai_config
     if o.evaluator == "rule":

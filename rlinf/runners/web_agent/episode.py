@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from rlinf.data.web_tasks import resolve_url
 from rlinf.engines.web.actions import format_action, parse_action
-from rlinf.engines.web.tasks import resolve_url
 from rlinf.runners.web_agent.prompts import render_prompt, reply_action_text
 
 

@@ -28,7 +28,7 @@ import os
 import random
 import time
 
-from rlinf.engines.web.tasks import sample_tasks
+from rlinf.data.web_tasks import sample_tasks
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.web_agent.metrics import rollout_metrics
 from rlinf.runners.web_agent.rollout import run_phase

@@ -44,7 +44,7 @@ def find_browser(configured: str | None) -> str:
 def prepare_web(raw: Any) -> WebStart:
     """All checks of a web run before Ray; raises :class:`ConfigError` naming the key."""
     from rlinf.data.tokenizer import load_tokenizer
-    from rlinf.engines.web.tasks import load_tasks
+    from rlinf.data.web_tasks import load_tasks
     from rlinf.scheduler.cluster import check_cluster_before_start
 
     cfg = WebAgentConfig.load(raw, check_paths=True)

@@ -87,7 +87,7 @@ async def run_phase(tasks: list[dict], envs: list[dict], policy, settings: Episo
 
 
 def apply_verdict(traj: dict, verdict) -> None:
-    """Write a judge's :class:`~rlinf.engines.web.judges.JudgeResult` into the trajectory."""
+    """Write a judge's :class:`~rlinf.rewards.web_judges.JudgeResult` into the trajectory."""
     traj["reward"] = float(verdict.reward)
     traj["judge"] = {"success": bool(verdict.success), "reason": verdict.reason, "error": verdict.error}
     traj["blocked"] = bool(verdict.blocked)

@@ -32,7 +32,7 @@ class WebEnvWorker(Worker):
         host = self._host()
         self.site = None
         if site_seed is not None:
-            from rlinf.engines.web.sites import SiteServer
+            from rlinf.envs.web_sites import SiteServer
 
             self.site = SiteServer(host="0.0.0.0" if host != "127.0.0.1" else host, port=0, seed=site_seed)
             self.site_url = self.site.start().replace("0.0.0.0", host)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import torch
 
 from rlinf.algorithms import overlong_penalty, scale_math_rewards
-from rlinf.algorithms.rewards import MathVerifier
 from rlinf.config.reward import RewardConfig
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.rewards.base import JudgeError, Sample
+from rlinf.rewards.math_verify import MathVerifier
 from rlinf.scheduler import Worker
 
-
-class JudgeError(RuntimeError):
-    """The judge failed for a response and ``reward.judge.on_failure`` is stop."""
+__all__ = ["JudgeError", "MathRewardWorker"]  # JudgeError: raised by the judge under on_failure: stop
 
 
 class MathRewardWorker(Worker):
@@ -38,24 +37,20 @@ class MathRewardWorker(Worker):
         self._tokenizer = None
         self.reward_model = None
         if cfg.use_reward_model:
-            from rlinf.engines.reward_model import HFRewardModel
+            from rlinf.rewards.reward_model import HFRewardModel
 
             self.reward_model = HFRewardModel(cfg.model.model_path, micro_batch_size=cfg.model_micro_batch_size)
         self.judge = None
         if cfg.judge.enabled:
-            from rlinf.engines.judge.openai_client import ChatClient, Endpoint
+            from rlinf.rewards.llm_judge import ChatJudge
 
-            j, ep = cfg.judge, cfg.openai_config.endpoint(cfg.judge.task)
-            self.judge = ChatClient(Endpoint(ep.base_url, ep.model, ep.openai_api_key_env_var),
-                                    max_connections=j.max_connections,
-                                    timeout_s=j.timeout_s, max_retries=j.max_retries, backoff_s=j.backoff_s,
-                                    max_tokens=j.max_tokens)
+            self.judge = ChatJudge.from_config(cfg)
         self.verifier = MathVerifier(num_processes=cfg.verify_processes, timeout_s=cfg.verify_timeout_s)
         self.overlong = (overlong_max_length, overlong_buffer_len, overlong_penalty_factor)
 
     def score(self, texts: list[str], answers: list[str]) -> tuple[list[float], list[bool]]:
         """Rewards (±reward_scale) and correctness of each response."""
-        correct = self.verifier.score(texts, answers)
+        correct = [bool(s.correct) for s in self.verifier.score_many(Sample.many(texts, answers))]
         rewards = scale_math_rewards(torch.tensor(correct), self.cfg.reward_scale)
         return rewards.tolist(), correct
 
@@ -63,29 +58,8 @@ class MathRewardWorker(Worker):
         """The judge's score of each response in [0, 1] (the first number of its reply, clipped);
         a failed request scores 0 and is counted, or raises :class:`JudgeError` with
         ``on_failure: stop``."""
-        import re
-
-        template = self.cfg.judge.template
-        results = self.judge.complete_many([[{"role": "user", "content": template.format(
-            prompt=p, response=r, answer=a)}] for p, r, a in zip(prompts, responses, answers)])
-        scores, failures, unparsed = [], 0, 0
-        for res in results:
-            if res.error is not None:
-                if self.cfg.judge.on_failure == "stop":
-                    raise JudgeError(f"reward.judge: a request failed after {res.attempts} attempts: {res.error}")
-                failures += 1
-                scores.append(0.0)
-                continue
-            number = re.search(r"-?\d+(?:\.\d+)?", res.text)
-            if number is None:
-                unparsed += 1
-                scores.append(0.0)
-                continue
-            scores.append(min(max(float(number.group()), 0.0), 1.0))
-        n = max(len(results), 1)
-        return scores, {"reward/judge_failures": float(failures), "reward/judge_unparsed": float(unparsed),
-                        "reward/judge_attempts": sum(r.attempts for r in results) / n,
-                        "reward/judge_seconds": max((r.seconds for r in results), default=0.0)}
+        scores = self.judge.score_many(Sample.many(responses, answers, prompts))
+        return [s.value for s in scores], self.judge.metrics(scores)
 
     def score_batch(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
         """Set ``batch.rewards`` (the weighted sources, plus the DAPO overlong penalty when
@@ -96,7 +70,8 @@ class MathRewardWorker(Worker):
         rewards_t = cfg.rule_weight * torch.tensor(rewards, dtype=torch.float32)
         prompts = batch.prompt_texts or [""] * len(texts)
         if self.reward_model is not None and texts:
-            rm = torch.tensor(self.reward_model.score(prompts, texts), dtype=torch.float32)
+            scores = self.reward_model.score_many(Sample.many(texts, prompts=prompts))
+            rm = torch.tensor([s.value for s in scores], dtype=torch.float32)
             rewards_t = rewards_t + cfg.model_weight * rm
             extra["reward/model_mean"] = float(rm.mean())
         if self.judge is not None and texts:

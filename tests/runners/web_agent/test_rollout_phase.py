@@ -20,10 +20,10 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
 
-from rlinf.engines.web.judges import RuleEvaluator  # noqa: E402
+from rlinf.data.web_tasks import load_tasks  # noqa: E402
 from rlinf.engines.web.service import start_service_thread  # noqa: E402
-from rlinf.engines.web.sites import SiteServer  # noqa: E402
-from rlinf.engines.web.tasks import load_tasks  # noqa: E402
+from rlinf.envs.web_sites import SiteServer  # noqa: E402
+from rlinf.rewards.web_judges import RuleEvaluator  # noqa: E402
 from rlinf.runners.web_agent.episode import EpisodeSettings  # noqa: E402
 from rlinf.runners.web_agent.metrics import rollout_metrics  # noqa: E402
 from rlinf.runners.web_agent.policy import BatchingPolicy, Reply  # noqa: E402

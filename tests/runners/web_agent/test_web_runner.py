@@ -20,7 +20,7 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
 
-from rlinf.engines.web.judges import JudgeResult  # noqa: E402
+from rlinf.rewards.web_judges import JudgeResult  # noqa: E402
 from rlinf.runners.web_agent.recipe import WEB_RECIPE  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -1,7 +1,7 @@
 """Judges of web trajectories: a rule evaluator (offline default) and LLM judges (seed 000).
 
 The rule evaluator, the answer rules and :class:`JudgeResult` live in
-:mod:`rlinf.engines.web.rule_judge` (re-exported here).
+:mod:`rlinf.rewards.rule_judge` (re-exported here).
 
 **LLM judges** (:class:`LLMJudge`), per trajectory, each call through the endpoint of its kind
 (``openai_config`` default, merged under its per-kind override):
@@ -35,10 +35,21 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rlinf.engines.judge.openai_client import ChatClient, Endpoint
-from rlinf.engines.web.rule_judge import (  # noqa: F401 - re-exported
-    ANSWER_TYPES, JudgeError, JudgeResult, RuleEvaluator, _blank, _page, _references, detect_blocked, first_number,
-    match_answer, normalise)
+from rlinf.rewards.base import JudgeError
+from rlinf.rewards.openai_client import ChatClient, Endpoint
+from rlinf.rewards.rule_judge import (  # noqa: F401 - re-exported
+    ANSWER_TYPES,
+    JudgeResult,
+    RuleEvaluator,
+    TrajectoryScorer,
+    _blank,
+    _page,
+    _references,
+    detect_blocked,
+    first_number,
+    match_answer,
+    normalise,
+)
 
 JUDGE_KINDS = ("blocking_detection", "keypoint_detection", "evaluation")
 ENDPOINT_KEYS = ("model", "base_url", "openai_api_key_env_var")
@@ -104,7 +115,7 @@ class _Aborted(Exception):
     pass
 
 
-class LLMJudge:
+class LLMJudge(TrajectoryScorer):
     """LLM judges over OpenAI-compatible endpoints (module docstring).
 
     Args:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rlinf.engines.web.sites.pages import Request, Response, bad_request, esc, not_found, page
+from rlinf.envs.web_sites.pages import Request, Response, bad_request, esc, not_found, page
 
 NAV = [("/_test/", "Test pages")]
 MAX_SLOW_MS = 300_000

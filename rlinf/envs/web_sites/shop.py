@@ -10,8 +10,8 @@ context has its own and the server keeps no state.
 
 from __future__ import annotations
 
-from rlinf.engines.web.sites.catalog import PAGE_SIZE, ShopCatalog, format_price
-from rlinf.engines.web.sites.pages import (
+from rlinf.envs.web_sites.catalog import PAGE_SIZE, ShopCatalog, format_price
+from rlinf.envs.web_sites.pages import (
     Request,
     Response,
     bad_request,
@@ -56,7 +56,7 @@ class ShopSite:
     """The shop, answering requests whose path is relative to ``/shop``.
 
     Example:
-        >>> from rlinf.engines.web.sites.catalog import shop_catalog
+        >>> from rlinf.envs.web_sites.catalog import shop_catalog
         >>> site = ShopSite(shop_catalog(0))
         >>> p = shop_catalog(0).products[0]
         >>> r = site.handle(Request("GET", f"/product/{p.id}"))

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from rlinf.engines.web.tasks import TaskFileError, load_tasks, ratio_counts, resolve_url, sample_tasks
+from rlinf.data.web_tasks import TaskFileError, load_tasks, ratio_counts, resolve_url, sample_tasks
 
 GOOD = {"task_id": "shop-price-0001", "instruction": "What is the price of the Blue Kettle?",
         "start_url": "/shop/category/kitchen", "difficulty": "easy", "reference_answer": "$12.50", "domain": "shop"}

@@ -33,9 +33,11 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from rlinf.rewards.base import Sample, Score
 
 ANSWER_TYPES = ("exact", "number", "contains")
 CURRENCY_SYMBOLS = "$€£¥₹"
@@ -52,10 +54,6 @@ _BLOCK_TEXT = re.compile(
     r"too many requests|rate limit|request (?:was )?blocked|\b403 forbidden\b|\berror (?:403|429)\b",
     re.IGNORECASE)
 _SHORT_PAGE_CHARS = 2000
-
-
-class JudgeError(RuntimeError):
-    """A judge call failed under ``on_failure: stop``."""
 
 
 @dataclass
@@ -77,6 +75,22 @@ class JudgeResult:
     def to_dict(self) -> dict:
         """Plain dict, as stored in a trajectory's ``judge`` field."""
         return asdict(self)
+
+    def to_score(self) -> Score:
+        """As a :class:`~rlinf.rewards.base.Score`: reward, success, error; the result as ``detail``."""
+        return Score(self.reward, correct=self.success, error=self.error, detail=self)
+
+
+class TrajectoryScorer:
+    """What makes a web judge a :class:`~rlinf.rewards.base.Scorer`: ``score_many`` over its
+    ``evaluate_many((task, trajectory) pairs) -> list[JudgeResult]`` (response = trajectory,
+    reference = task)."""
+
+    def evaluate_many(self, tasks_and_trajectories: Iterable[tuple[Mapping, Mapping]]) -> list[JudgeResult]:
+        raise NotImplementedError
+
+    def score_many(self, samples: Sequence[Sample]) -> list[Score]:
+        return [r.to_score() for r in self.evaluate_many([(s.reference, s.response) for s in samples])]
 
 
 def normalise(text: str) -> list[str]:
@@ -171,7 +185,7 @@ def detect_blocked(trajectory: Mapping) -> bool:
     return len(text) <= _SHORT_PAGE_CHARS and bool(_BLOCK_TEXT.search(text))
 
 
-class RuleEvaluator:
+class RuleEvaluator(TrajectoryScorer):
     """Scores a trajectory's final answer against the task's reference (module docstring).
 
     >>> task = {"task_id": "t", "reference_answer": "42", "answer_type": "number"}

@@ -1,8 +1,8 @@
-"""Body of one math-verify child process of :class:`~rlinf.algorithms.rewards.MathVerifier`.
+"""Body of one math-verify child process of :class:`~rlinf.rewards.MathVerifier`.
 
 The pool runs this file with ``runpy.run_path`` (``run_name=CHILD_RUN_NAME``) rather than
 importing it, so a child imports math-verify and the standard library only: never ``rlinf``
-(whose ``rlinf.algorithms`` package pulls in torch).
+(whose ``rlinf.algorithms`` package, used by the math reward, pulls in torch).
 
 Protocol over a duplex ``multiprocessing`` pipe:
 

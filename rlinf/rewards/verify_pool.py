@@ -1,6 +1,6 @@
 """A small pool of math-verify child processes with a time budget per pair.
 
-Used by :class:`~rlinf.algorithms.rewards.MathVerifier`, which adds answer extraction,
+Used by :class:`~rlinf.rewards.MathVerifier`, which adds answer extraction,
 locking and pickling. Children run :mod:`._verify_worker` with math-verify's own
 ``signal.alarm`` timeouts off; this pool owns the clock instead:
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from rlinf.algorithms.rewards import _verify_worker
+from rlinf.rewards import _verify_worker
 
 __all__ = ["VerifyPool", "default_start_method"]
 

@@ -1,4 +1,4 @@
-"""Serves the shipped sites until interrupted: ``python -m rlinf.engines.web.sites --port 8080 --seed 0``."""
+"""Serves the shipped sites until interrupted: ``python -m rlinf.envs.web_sites --port 8080 --seed 0``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 import threading
 
-from rlinf.engines.web.sites.server import SiteServer
+from rlinf.envs.web_sites.server import SiteServer
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         >>> main(["--port", "-1"])
         2
     """
-    parser = argparse.ArgumentParser(prog="python -m rlinf.engines.web.sites", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rlinf.envs.web_sites", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
     parser.add_argument("--seed", type=int, default=0, help="catalog seed (default 0)")

@@ -22,12 +22,12 @@ from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from rlinf.engines.web.sites.catalog import shop_catalog, wiki_catalog
-from rlinf.engines.web.sites.faults import fault_response
-from rlinf.engines.web.sites.forms import FormsSite
-from rlinf.engines.web.sites.pages import Request, Response, link_list, not_found, page
-from rlinf.engines.web.sites.shop import ShopSite
-from rlinf.engines.web.sites.wiki import WikiSite
+from rlinf.envs.web_sites.catalog import shop_catalog, wiki_catalog
+from rlinf.envs.web_sites.faults import fault_response
+from rlinf.envs.web_sites.forms import FormsSite
+from rlinf.envs.web_sites.pages import Request, Response, link_list, not_found, page
+from rlinf.envs.web_sites.shop import ShopSite
+from rlinf.envs.web_sites.wiki import WikiSite
 
 logger = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 30.0

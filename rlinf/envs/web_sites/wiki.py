@@ -9,8 +9,8 @@ X born" questions need two hops).
 
 from __future__ import annotations
 
-from rlinf.engines.web.sites.catalog import City, Person, WikiCatalog
-from rlinf.engines.web.sites.pages import Request, Response, esc, link, link_list, not_found, page, search_form
+from rlinf.envs.web_sites.catalog import City, Person, WikiCatalog
+from rlinf.envs.web_sites.pages import Request, Response, esc, link, link_list, not_found, page, search_form
 
 NAV = [("/wiki/", "Wiki index")]
 
@@ -24,7 +24,7 @@ class WikiSite:
     """The wiki, answering requests whose path is relative to ``/wiki``.
 
     Example:
-        >>> from rlinf.engines.web.sites.catalog import wiki_catalog
+        >>> from rlinf.envs.web_sites.catalog import wiki_catalog
         >>> wiki = wiki_catalog(0)
         >>> city = wiki.cities[0]
         >>> r = WikiSite(wiki).handle(Request("GET", f"/article/{city.slug}"))

@@ -2,15 +2,15 @@
 
 Everything is generated from a seed (:mod:`.catalog`), so the task generator computes reference
 answers from the same data the pages show. Serve them by hand with
-``python -m rlinf.engines.web.sites --port 8080 --seed 0``.
+``python -m rlinf.envs.web_sites --port 8080 --seed 0``.
 
 Example:
-    >>> from rlinf.engines.web.sites import SiteServer, shop_catalog
+    >>> from rlinf.envs.web_sites import SiteServer, shop_catalog
     >>> shop_catalog(0).products[0].price.startswith("$")
     True
 """
 
-from rlinf.engines.web.sites.catalog import (
+from rlinf.envs.web_sites.catalog import (
     PAGE_SIZE,
     City,
     Person,
@@ -20,8 +20,8 @@ from rlinf.engines.web.sites.catalog import (
     shop_catalog,
     wiki_catalog,
 )
-from rlinf.engines.web.sites.forms import PLANS, confirmation_code, form_cities
-from rlinf.engines.web.sites.server import SiteApp, SiteServer
+from rlinf.envs.web_sites.forms import PLANS, confirmation_code, form_cities
+from rlinf.envs.web_sites.server import SiteApp, SiteServer
 
 __all__ = ["PAGE_SIZE", "PLANS", "City", "Person", "Product", "ShopCatalog", "SiteApp", "SiteServer",
            "WikiCatalog", "confirmation_code", "form_cities", "shop_catalog", "wiki_catalog"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import hashlib
 
-from rlinf.engines.web.sites.catalog import WikiCatalog
-from rlinf.engines.web.sites.pages import Request, Response, esc, link, not_found, page
+from rlinf.envs.web_sites.catalog import WikiCatalog
+from rlinf.envs.web_sites.pages import Request, Response, esc, link, not_found, page
 
 NAV = [("/forms/", "Forms home")]
 PLANS = {"basic": "Basic", "standard": "Standard", "premium": "Premium"}
@@ -50,7 +50,7 @@ def form_cities(wiki: WikiCatalog) -> list[str]:
     """The city names the sign-up offers: the first :data:`N_FORM_CITIES` wiki cities, sorted.
 
     Example:
-        >>> from rlinf.engines.web.sites.catalog import wiki_catalog
+        >>> from rlinf.envs.web_sites.catalog import wiki_catalog
         >>> len(form_cities(wiki_catalog(0)))
         8
     """
@@ -75,7 +75,7 @@ class FormsSite:
     """The sign-up flow, answering requests whose path is relative to ``/forms``.
 
     Example:
-        >>> from rlinf.engines.web.sites.catalog import wiki_catalog
+        >>> from rlinf.envs.web_sites.catalog import wiki_catalog
         >>> site = FormsSite(wiki_catalog(0))
         >>> city = site.cities[0]
         >>> r = site.handle(Request("GET", "/signup/done", {"name": "Ada Lind", "city": city, "plan": "basic"}))

@@ -11,14 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from rlinf.algorithms.rewards import (
+from rlinf.config.reward import RewardConfig
+from rlinf.rewards import (
     MathVerifier,
     extract_boxed_answer,
     get_reward_fn,
     math_reward,
 )
-from rlinf.algorithms.rewards import math_verify_reward as mvr
-from rlinf.config.reward import RewardConfig
+from rlinf.rewards import math_verify as mvr
 
 
 def boxed(answer: str) -> str:

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from rlinf.algorithms.rewards import extract_boxed_answer
+from rlinf.rewards import extract_boxed_answer
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from rlinf.engines.web.sites import PAGE_SIZE, SiteServer, confirmation_code, form_cities, shop_catalog, wiki_catalog
-from rlinf.engines.web.sites.__main__ import main as sites_main
+from rlinf.envs.web_sites import PAGE_SIZE, SiteServer, confirmation_code, form_cities, shop_catalog, wiki_catalog
+from rlinf.envs.web_sites.__main__ import main as sites_main
 
 CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 

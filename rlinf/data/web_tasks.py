@@ -1,5 +1,9 @@
 """Web-agent task files: load and validate JSONL, resolve start URLs, sample a rollout's tasks.
 
+The web recipe's dataset, as the prompt datasets are the math recipe's: a task may start on the
+shipped sites (a path, joined to their URL) or on any web site (an absolute URL), so this module
+belongs to no one environment.
+
 A task (one JSON object per line, docs/web_agent.md) has ``task_id``, ``instruction``,
 ``start_url``, ``difficulty`` (easy / medium / hard), ``reference_answer`` and ``domain``, and
 optionally ``family`` and ``answer_type`` (exact / number / contains, default exact). Any other
@@ -62,7 +66,7 @@ def validate_task(task: object, where: str = "task") -> dict:
         >>> validate_task({**t, "difficulty": "xhard"}, "train.jsonl:12")
         Traceback (most recent call last):
         ...
-        rlinf.engines.web.tasks.TaskFileError: train.jsonl:12: difficulty must be easy, medium or hard, got 'xhard'
+        rlinf.data.web_tasks.TaskFileError: train.jsonl:12: difficulty must be easy, medium or hard, got 'xhard'
     """
     if not isinstance(task, dict):
         raise TaskFileError(f"{where}: a task must be a JSON object, got {type(task).__name__}")

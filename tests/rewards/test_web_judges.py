@@ -11,11 +11,19 @@ from pathlib import Path
 import pytest
 
 from rlinf.config.reward import OpenAIConfig, OpenAIEndpointConfig
-from rlinf.engines.web.judges import (JudgeError, LLMJudge, RuleEvaluator, detect_blocked, make_judge,
-                                      match_answer, parse_verdict, resolve_endpoints)
+from rlinf.rewards.web_judges import (
+    JudgeError,
+    LLMJudge,
+    RuleEvaluator,
+    detect_blocked,
+    make_judge,
+    match_answer,
+    parse_verdict,
+    resolve_endpoints,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "utils"))
-from openai_server import OpenAIServer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "utils"))
+from openai_server import OpenAIServer
 
 
 def _task(ref="$12.50", answer_type="exact", task_id="shop-price-0007"):

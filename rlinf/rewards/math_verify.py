@@ -19,13 +19,15 @@ from __future__ import annotations
 import atexit
 import math
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from rlinf.algorithms.rewards.math_answer import extract_boxed_answer
-from rlinf.algorithms.rewards.verify_pool import VerifyPool, default_start_method
 from rlinf.algorithms.sampling import scale_math_rewards
+from rlinf.rewards.base import Sample, Score
+from rlinf.rewards.math_answer import extract_boxed_answer
+from rlinf.rewards.verify_pool import VerifyPool, default_start_method
 
 __all__ = ["MathVerifier", "math_reward"]
 
@@ -97,7 +99,7 @@ class MathVerifier:
         self._closed = False
 
     @classmethod
-    def from_config(cls, reward_cfg: Any, **overrides: Any) -> "MathVerifier":
+    def from_config(cls, reward_cfg: Any, **overrides: Any) -> MathVerifier:
         """Build from a ``reward`` config section (``verify_processes``, ``verify_timeout_s``)."""
         kwargs = {"num_processes": getattr(reward_cfg, "verify_processes", 1),
                   "timeout_s": getattr(reward_cfg, "verify_timeout_s", 2.0)}
@@ -120,7 +122,7 @@ class MathVerifier:
         args = ", ".join(f"{key}={value!r}" for key, value in self._config().items())
         return f"MathVerifier({args})"
 
-    def __enter__(self) -> "MathVerifier":
+    def __enter__(self) -> MathVerifier:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -183,6 +185,16 @@ class MathVerifier:
             for index, ok in zip(indices, self._pool.run(pairs, total)):
                 results[index] = ok
         return results
+
+    def score_many(self, samples: Sequence[Sample]) -> list[Score]:
+        """:meth:`score` as a :class:`~rlinf.rewards.base.Scorer`: value 1 (correct) or 0.
+
+        >>> with MathVerifier() as verifier:
+        ...     [s.correct for s in verifier.score_many([Sample("no box", "4")])]
+        [False]
+        """
+        correct = self.score([s.response for s in samples], [s.reference for s in samples])
+        return [Score(1.0 if ok else 0.0, correct=ok) for ok in correct]
 
     def close(self) -> None:
         """Stop and reap every child; later :meth:`score` calls raise. Idempotent.

@@ -14,7 +14,11 @@ Example (``rm_dir`` is an HF ``...ForSequenceClassification`` folder with a toke
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+
+from rlinf.rewards.base import Sample, Score
 
 
 class HFRewardModel:
@@ -68,3 +72,10 @@ class HFRewardModel:
             logits = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)).logits
             out += logits[:, 0].float().cpu().tolist()
         return out
+
+    def score_many(self, samples: Sequence[Sample]) -> list[Score]:
+        """:meth:`score` as a :class:`~rlinf.rewards.base.Scorer` (reads ``prompt`` and ``response``)."""
+        return [Score(value) for value in self.score([s.prompt for s in samples], [s.response for s in samples])]
+
+    def close(self) -> None:
+        """Nothing to free (the model goes with the object)."""

@@ -1,1 +1,0 @@
-"""Clients of OpenAI-compatible chat endpoints used as judges (LLM-as-a-judge rewards)."""
