@@ -17,7 +17,7 @@ import hydra
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from rlinf.config.resolvers import register_resolvers  # noqa: E402
+from rlinf.config.resolvers import register_resolvers
 
 register_resolvers()
 # model loading bars from every worker would bury the step progress bar

@@ -15,11 +15,11 @@ from omegaconf import DictConfig, OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workers import LinearPolicy, ToyEnv, Trainer  # noqa: E402
+from workers import LinearPolicy, ToyEnv, Trainer
 
-from rlinf.scheduler import Channel, Cluster, TensorLink, WorkerGroup  # noqa: E402
-from rlinf.scheduler.config import ClusterConfig  # noqa: E402
-from rlinf.scheduler.placement import render_grid  # noqa: E402
+from rlinf.scheduler import Channel, Cluster, TensorLink, WorkerGroup
+from rlinf.scheduler.config import ClusterConfig
+from rlinf.scheduler.placement import render_grid
 
 
 @hydra.main(version_base=None, config_path="config", config_name="demo_cpu")

@@ -17,7 +17,7 @@ import hydra
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
-from rlinf.config.resolvers import register_resolvers  # noqa: E402
+from rlinf.config.resolvers import register_resolvers
 
 register_resolvers()
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

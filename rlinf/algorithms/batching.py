@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -30,7 +30,8 @@ def pack_micro_batches(seq_lengths: Sequence[int] | torch.Tensor, max_tokens_per
         raise ValueError(f"max_tokens_per_mbs must be a positive int, got {max_tokens_per_mbs!r}")
     if isinstance(seq_lengths, torch.Tensor):
         if seq_lengths.dim() != 1 or seq_lengths.is_floating_point():
-            raise ValueError(f"seq_lengths must be a 1-D integer tensor, got {seq_lengths.dtype} {tuple(seq_lengths.shape)}")
+            raise ValueError(f"seq_lengths must be a 1-D integer tensor, got {seq_lengths.dtype} "
+                             f"{tuple(seq_lengths.shape)}")
         lengths = [int(x) for x in seq_lengths.tolist()]
     else:
         lengths = list(seq_lengths)

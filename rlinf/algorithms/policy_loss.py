@@ -31,7 +31,8 @@ LOG_RATIO_CLAMP = 20.0
 IMP_WEIGHT_CAP_MODES = ("truncate", "mask")
 
 
-def _resolve_clip(ratio_clip_eps: float, clip_eps_low: float | None, clip_eps_high: float | None) -> tuple[float, float]:
+def _resolve_clip(ratio_clip_eps: float, clip_eps_low: float | None,
+                  clip_eps_high: float | None) -> tuple[float, float]:
     low = ratio_clip_eps if clip_eps_low is None else clip_eps_low
     high = ratio_clip_eps if clip_eps_high is None else clip_eps_high
     for name, value in (("ratio_clip_eps", ratio_clip_eps), ("clip_eps_low", low), ("clip_eps_high", high)):
@@ -174,7 +175,8 @@ def compute_ppo_loss(
     tensor(1.)
     """
     check_mask(response_mask)
-    check_same_shape(response_mask, "response_mask", logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages)
+    check_same_shape(response_mask, "response_mask", logprobs=logprobs, old_logprobs=old_logprobs,
+                     advantages=advantages)
     low, high = _resolve_clip(ratio_clip_eps, clip_eps_low, clip_eps_high)
     _check_above_one("clip_ratio_c", clip_ratio_c)
     _check_above_one("early_stop_imp_ratio", early_stop_imp_ratio)

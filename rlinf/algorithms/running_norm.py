@@ -46,7 +46,7 @@ class RunningMoments:
     count: float
 
     @classmethod
-    def create(cls, dim: int, initial_count: float = 1e-4) -> "RunningMoments":
+    def create(cls, dim: int, initial_count: float = 1e-4) -> RunningMoments:
         """Empty statistics of ``dim`` features (mean 0, var 1, count ``initial_count``)."""
         return cls(torch.zeros(dim, dtype=torch.float64), torch.ones(dim, dtype=torch.float64),
                    float(initial_count))
@@ -78,7 +78,7 @@ class RunningMoments:
                 "count": torch.tensor(self.count, dtype=torch.float64)}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, torch.Tensor]) -> "RunningMoments":
+    def from_state_dict(cls, state: dict[str, torch.Tensor]) -> RunningMoments:
         return cls(state["mean"].to(torch.float64), state["var"].to(torch.float64), float(state["count"]))
 
 

@@ -3,7 +3,8 @@ the +/- ``reward_scale`` mapping for verifiable (math) rewards."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 

@@ -18,8 +18,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig

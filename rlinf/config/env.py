@@ -5,6 +5,7 @@ groups live in ``config/env/*.yaml`` and are pulled in with Hydra defaults
 (``- env/maniskill_pick_cube@env.train``).
 
 Example:
+    >>> from rlinf.utils.typed_config import parse_section
     >>> cfg = parse_section(EnvConfig, {"env_type": "libero", "task_suite_name": "libero_spatial",
     ...                                 "task_ids": [0, 3], "total_num_envs": 4, "group_size": 2},
     ...                     "env.train")
@@ -14,7 +15,7 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: env.eval.task_suite_name: 'libero_100' is not a LIBERO suite; expected one of libero_spatial, libero_object, libero_goal, libero_10, libero_90
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.config.rollout import ChannelRef
-from rlinf.utils.typed_config import check, parse_section
+from rlinf.utils.typed_config import check
 
 __all__ = ["EnvConfig", "EnvInitParams", "EnvSectionConfig", "LIBERO_SUITES", "VideoConfig"]
 

@@ -21,8 +21,8 @@ from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.config.data import DataConfig
 from rlinf.config.reward import CriticConfig, InferenceConfig, RewardConfig
-from rlinf.config.root import RootConfig
 from rlinf.config.rollout import RolloutConfig
+from rlinf.config.root import RootConfig
 from rlinf.config.runner import RunnerConfig
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import PlacementPlan

@@ -18,6 +18,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
+
 def markdown(text: str) -> str:
     """reST inline markup of our docstrings -> markdown."""
     text = re.sub(r":(?:class|func|meth|mod|attr):`~?([^`]+)`", r"`\1`", text)

@@ -10,7 +10,6 @@ from rlinf.config.actor import LrSchedConfig, OptimConfig
 from rlinf.config.rollout import ModelRef
 from rlinf.utils.typed_config import ConfigError, check, rule
 
-
 #: the judge prompt unless ``reward.judge.prompt_template`` is set ({prompt}, {response}, {answer})
 DEFAULT_JUDGE_TEMPLATE = (
     "You grade answers to math problems.\nProblem: {prompt}\nReference answer: {answer}\n"

@@ -23,11 +23,12 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: cluster.component_placement.polcy: unknown component; a demo run places env, policy
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
 
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.utils.typed_config import check, parse_section

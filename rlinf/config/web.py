@@ -23,21 +23,33 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: cluster.component_placement: missing component 'rollout': place it (the run's own rollout workers generate) or set env_config.vllm_server_url to an external OpenAI-compatible server
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from rlinf.config.root import RootConfig
 from rlinf.config.web_env import DIFFICULTIES, WebEnvConfig
-from rlinf.config.web_sections import (WebContextConfig, WebLogConfig, WebModelConfig, WebOpenAIConfig,
-                                       WebPolicyConfig, WebRunnerConfig)
-from rlinf.config.web_train import zero_to_fsdp, zero_to_fsdp_text  # noqa: F401
-from rlinf.config.web_train import DeepSpeedSettings, WebAlgorithmConfig, load_deepspeed_config
+from rlinf.config.web_sections import (
+    WebContextConfig,
+    WebLogConfig,
+    WebModelConfig,
+    WebOpenAIConfig,
+    WebPolicyConfig,
+    WebRunnerConfig,
+)
+from rlinf.config.web_train import (  # noqa: F401
+    DeepSpeedSettings,
+    WebAlgorithmConfig,
+    load_deepspeed_config,
+    zero_to_fsdp,
+    zero_to_fsdp_text,
+)
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan
 from rlinf.utils.typed_config import check, collect_notes, field_default
@@ -151,7 +163,8 @@ class WebAgentConfig(RootConfig):
         algo = self.algorithm_config
         if self.trains and algo.backend == "fsdp" and algo.deepspeed_config_filename is not None:
             ds = self.deepspeed_settings()
-            out.append(f"algorithm_config.deepspeed_config_filename: {algo.deepspeed_config_filename} (ZeRO-{ds.stage}) "
+            out.append(f"algorithm_config.deepspeed_config_filename: {algo.deepspeed_config_filename} "
+                       f"(ZeRO-{ds.stage}) "
                        f"runs on FSDP2 (training_backend fsdp): {zero_to_fsdp_text(ds)}")
         if self.algorithm_config.report_to != "wandb":
             changed = [f.name for f in fields(WebLogConfig) if f.name != "run_name"
@@ -261,7 +274,8 @@ class WebAgentConfig(RootConfig):
         algo = self.algorithm_config
         for name, ours, theirs in (
                 ("per_device_train_batch_size", algo.per_device_train_batch_size, settings.micro_batch_size),
-                ("gradient_accumulation_steps", algo.gradient_accumulation_steps, settings.gradient_accumulation_steps)):
+                ("gradient_accumulation_steps", algo.gradient_accumulation_steps,
+                 settings.gradient_accumulation_steps)):
             check(theirs is None or theirs == ours, f"algorithm_config.{name}",
                   f"{ours} disagrees with {settings.path} ({theirs}); write \"auto\" in the file")
         return settings
@@ -278,7 +292,7 @@ class WebAgentConfig(RootConfig):
         Traceback (most recent call last):
         ...
         rlinf.utils.typed_config.ConfigError: env_config.site_server.enabled: false, but task 't1' of examples/web_agent/data/train.jsonl has the relative start_url '/shop/'; enable the site server or make the URL absolute
-        """
+        """  # noqa: E501 - a doctest's expected output is one line
         env, where = self.env_config, self.task_path(split)
         check(bool(tasks), f"env_config.{split}_tasks", f"{where} holds no task")
         if not env.site_server.enabled:

@@ -14,7 +14,7 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: env_config.http_pools.click: unknown key; allowed keys are ac_tree, allocate, execute, metadata, navigate, page_metadata, release, screenshot
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
@@ -299,7 +299,8 @@ class WebEnvConfig:
         check(self.vllm_server_url is None or self.vllm_server_url.startswith(("http://", "https://")),
               f"{path}.vllm_server_url", f"expected null or an http(s):// URL, got {self.vllm_server_url!r}")
         check(self.train_tasks_rollout_size == -1 or self.train_tasks_rollout_size >= 1,
-              f"{path}.train_tasks_rollout_size", f"must be -1 (every task) or >= 1, got {self.train_tasks_rollout_size}")
+              f"{path}.train_tasks_rollout_size",
+              f"must be -1 (every task) or >= 1, got {self.train_tasks_rollout_size}")
         check(self.test_tasks_rollout_size >= -1, f"{path}.test_tasks_rollout_size",
               f"must be -1 (every task), 0 (no evaluation) or >= 1, got {self.test_tasks_rollout_size}")
         check(self.test_tasks_repeat_times >= 0, f"{path}.test_tasks_repeat_times",

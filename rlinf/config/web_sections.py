@@ -269,5 +269,6 @@ class WebRunnerConfig:
         check(self.recover_retries >= 0, f"{path}.recover_retries", f"must be >= 0, got {self.recover_retries}")
         check(self.save_interval == -1 or self.save_interval >= 1, f"{path}.save_interval",
               f"must be -1 (off) or >= 1, got {self.save_interval}")
-        check(self.save_interval_secs is None or (math.isfinite(self.save_interval_secs) and self.save_interval_secs > 0),
+        secs = self.save_interval_secs
+        check(secs is None or (math.isfinite(secs) and secs > 0),
               f"{path}.save_interval_secs", f"must be > 0 or null, got {self.save_interval_secs}")

@@ -14,7 +14,7 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: algorithm_config.group_size: 4 has no effect with method filtered_sft (one episode per task); set 1, or method: grpo
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
@@ -181,7 +181,8 @@ class DeepSpeedSettings:
     raw: dict[str, Any]
 
 
-def load_deepspeed_config(path: str | os.PathLike, key: str = "algorithm_config.deepspeed_config_filename") -> DeepSpeedSettings:
+def load_deepspeed_config(path: str | os.PathLike,
+                          key: str = "algorithm_config.deepspeed_config_filename") -> DeepSpeedSettings:
     """Read and check a DeepSpeed JSON; a problem raises :class:`ConfigError` naming ``key`` and
     the file.
 
@@ -217,7 +218,8 @@ def load_deepspeed_config(path: str | os.PathLike, key: str = "algorithm_config.
     for name in ("offload_optimizer", "offload_param"):
         device = _section(zero, name, key, where, f"zero_optimization.{name}").get("device", "none")
         if device not in ("none", "cpu", "nvme"):
-            raise ConfigError(key, f"{where}: zero_optimization.{name}.device must be none, cpu or nvme, got {device!r}")
+            raise ConfigError(key, f"{where}: zero_optimization.{name}.device must be none, cpu or nvme, "
+                                   f"got {device!r}")
         offload[name] = None if device == "none" else device
     if offload["offload_param"] is not None and stage != 3:
         raise ConfigError(key, f"{where}: zero_optimization.offload_param needs stage 3, the file sets stage {stage}")

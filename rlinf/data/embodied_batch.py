@@ -18,8 +18,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
@@ -64,7 +64,7 @@ class Trajectory:
         return int(self.raw_actions.shape[1])
 
     @classmethod
-    def concat_envs(cls, parts: Sequence["Trajectory"]) -> "Trajectory":
+    def concat_envs(cls, parts: Sequence[Trajectory]) -> Trajectory:
         """Join trajectories of equal length along the environment axis."""
         if not parts:
             raise ValueError("nothing to join")
@@ -84,7 +84,7 @@ class Trajectory:
         return cls(**changes)
 
     def to_batch(self, advantages: torch.Tensor, returns: torch.Tensor,
-                 mask: torch.Tensor | None = None) -> "EmbodiedBatch":
+                 mask: torch.Tensor | None = None) -> EmbodiedBatch:
         """Flatten the ``T x N`` steps into samples (step-major), keeping those where ``mask``
         ``[T, N]`` is true (default all)."""
         T, N = self.num_steps, self.num_envs
@@ -129,7 +129,7 @@ class EmbodiedBatch:
     def size(self) -> int:
         return int(self.raw_actions.shape[0])
 
-    def select(self, index: torch.Tensor | Sequence[int]) -> "EmbodiedBatch":
+    def select(self, index: torch.Tensor | Sequence[int]) -> EmbodiedBatch:
         idx = torch.as_tensor(index, dtype=torch.long)
         changes = {}
         for f in dataclasses.fields(self):
@@ -144,7 +144,7 @@ class EmbodiedBatch:
                 changes[f.name] = v[idx]
         return EmbodiedBatch(**changes)
 
-    def split(self, parts: int) -> list["EmbodiedBatch"]:
+    def split(self, parts: int) -> list[EmbodiedBatch]:
         """``parts`` equal consecutive slices (the size must divide evenly)."""
         if parts < 1 or self.size % parts:
             raise ValueError(f"cannot split {self.size} samples into {parts} equal parts")

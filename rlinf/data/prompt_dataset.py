@@ -13,10 +13,10 @@ Example:
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from rlinf.data.readers import prompt_text
-from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 
 @dataclass(frozen=True)

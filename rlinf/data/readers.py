@@ -20,7 +20,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 FORMATS = (".jsonl", ".json", ".csv", ".parquet")
 

@@ -23,8 +23,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -85,7 +86,7 @@ class RolloutBatch:
     @classmethod
     def from_token_lists(cls, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
                          pad_token_id: int, group_size: int = 1,
-                         logprobs: Sequence[Sequence[float]] | None = None, **extra: Any) -> "RolloutBatch":
+                         logprobs: Sequence[Sequence[float]] | None = None, **extra: Any) -> RolloutBatch:
         """Pad ragged prompt / response token lists (and per-token log-probs) into a batch."""
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
@@ -133,7 +134,7 @@ class RolloutBatch:
         return input_ids, attention_mask, position_ids
 
     # ---- slicing --------------------------------------------------------------------------------
-    def select(self, indices: Sequence[int] | torch.Tensor) -> "RolloutBatch":
+    def select(self, indices: Sequence[int] | torch.Tensor) -> RolloutBatch:
         """The samples at ``indices`` (lists and tensors of the batch dimension are indexed)."""
         idx = torch.as_tensor(indices, dtype=torch.long)
         changes: dict[str, Any] = {}
@@ -145,7 +146,7 @@ class RolloutBatch:
                 changes[f.name] = [value[i] for i in idx.tolist()]
         return dataclasses.replace(self, **changes)
 
-    def split(self, num_chunks: int) -> list["RolloutBatch"]:
+    def split(self, num_chunks: int) -> list[RolloutBatch]:
         """``num_chunks`` equal consecutive parts (the batch must divide evenly)."""
         if num_chunks < 1 or self.batch_size % num_chunks:
             raise ValueError(f"cannot split {self.batch_size} samples into {num_chunks} equal parts")
@@ -153,7 +154,7 @@ class RolloutBatch:
         return [self.select(range(i * size, (i + 1) * size)) for i in range(num_chunks)]
 
     @classmethod
-    def concat(cls, batches: Sequence["RolloutBatch"], pad_token_id: int) -> "RolloutBatch":
+    def concat(cls, batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBatch:
         """Join batches, re-padding prompts (left) and responses (right) to the longest."""
         if not batches:
             raise ValueError("nothing to concatenate")

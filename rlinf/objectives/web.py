@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

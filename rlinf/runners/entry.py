@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlinf.runners.compose import REPO_ROOT, precheck_config_files  # noqa: F401 - the entries' imports
 from rlinf.utils.typed_config import ConfigError

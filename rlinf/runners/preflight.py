@@ -24,12 +24,11 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: runner.output_dir: ... is a file; expected a folder (existing or to be created)
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from rlinf.utils.typed_config import ConfigError
 
@@ -58,7 +57,8 @@ def check_output_folder(path: str, key: str) -> None:
 
 
 #: architecture tags the reference writes -> HF ``config.json`` ``model_type``
-MODEL_TYPE_ALIASES = {"qwen2.5": "qwen2", "qwen2_5": "qwen2", "qwen2.5-math": "qwen2", "deepseek-r1-distill-qwen": "qwen2",
+MODEL_TYPE_ALIASES = {"qwen2.5": "qwen2", "qwen2_5": "qwen2", "qwen2.5-math": "qwen2",
+                      "deepseek-r1-distill-qwen": "qwen2",
                       "llama2": "llama", "llama3": "llama", "llama3.1": "llama", "llama3.2": "llama",
                       "qwen3-moe": "qwen3_moe"}
 
@@ -74,7 +74,7 @@ def check_model_type(tag: str | None, folder: str | None, key: str) -> None:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: rollout.model.model_type: 'llama', but the model folder's config.json says model_type 'qwen2'
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
     if tag is None or folder is None:
         return
     import json

@@ -30,8 +30,9 @@ Example (a recipe's entry point; see docs/design.md "How to add a recipe")::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from rlinf.config.root import RootConfig
 from rlinf.runners.recovery import Recovery, run_with_recovery, runner_recovery, with_resume_dir

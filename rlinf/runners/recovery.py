@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rlinf.runners import checkpoint as ckpt
 from rlinf.scheduler.errors import ClusterError, SchedulerError

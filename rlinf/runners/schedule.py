@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from rlinf.utils.curves import plot_curves
 from rlinf.utils.metric_logger import MetricLogger
@@ -52,7 +52,7 @@ class Schedule:
     curves_path: str | None = None
 
     @classmethod
-    def from_runner(cls, runner) -> "Schedule":
+    def from_runner(cls, runner) -> Schedule:
         """The schedule of a :class:`~rlinf.config.runner.RunnerConfig` (math, embodied)."""
         return cls(label=runner.task_type, val_interval=runner.val_check_interval,
                    save_interval=runner.save_interval, save_interval_secs=runner.save_interval_secs,

@@ -121,7 +121,7 @@ class Cluster:
     is_local = False
 
     @classmethod
-    def from_config(cls, cfg: "ClusterConfig", address: str | None = None) -> "Cluster":
+    def from_config(cls, cfg: ClusterConfig, address: str | None = None) -> Cluster:
         """Attach/start Ray for a validated ``cluster:`` section and adopt its node groups;
         with ``cluster.backend: local`` a :class:`~rlinf.scheduler.local.cluster.LocalCluster`
         instead (Ray is not imported).
@@ -198,7 +198,7 @@ def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -
         Traceback (most recent call last):
         ...
         rlinf.utils.typed_config.ConfigError: cluster.num_nodes: 2, but the run starts a private local Ray cluster of 1 node (this machine); to use several nodes start Ray on them (ray start) and set RAY_ADDRESS
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
     from rlinf.utils.typed_config import ConfigError
 
     if cfg.backend == "local":  # no Ray: this machine, one process per group

@@ -16,12 +16,13 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: cluster.component_placement.actor: local mode runs one process per group; actor is placed on 2 processes: place it on one accelerator, e.g. `actor,rollout: 0` with cluster.accelerators_per_node: 1
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, parse_cluster_shape, plan_placement
 from rlinf.utils.typed_config import ConfigError, check, parse_section
@@ -55,7 +56,7 @@ class ClusterConfig:
     backend: Literal["ray", "local"] = "ray"
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any], key: str = "cluster") -> "ClusterConfig":
+    def from_dict(cls, raw: Mapping[str, Any], key: str = "cluster") -> ClusterConfig:
         """Validate the ``cluster:`` mapping; unknown keys and bad values raise :class:`ConfigError`."""
         return parse_section(cls, raw, key)
 

@@ -22,7 +22,7 @@ class GroupCall:
     :class:`~rlinf.scheduler.WorkerDiedError`; the call never waits on the other ranks then.
     """
 
-    def __init__(self, group: "WorkerGroup", method: str, ranks: list[int], refs: list):
+    def __init__(self, group: WorkerGroup, method: str, ranks: list[int], refs: list):
         self.group, self.method, self.ranks = group, method, ranks
         self._refs = dict(zip(ranks, refs))
         self._submitted = time.perf_counter()
@@ -63,7 +63,7 @@ class GroupCall:
                 still = sorted(rank_of[r] for r in pending)
                 raise CallTimeoutError(self.group.name, self.method, still, timeout)
             for ref in ready:
-                self._settle(rank_of[ref], lambda: ray.get(ref))
+                self._settle(rank_of[ref], lambda ref=ref: ray.get(ref))
         return self._finish()
 
     def _wait_local(self, timeout: float | None) -> list[Any]:

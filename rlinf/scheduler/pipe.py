@@ -42,7 +42,8 @@ import socket
 import struct
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from rlinf.scheduler.errors import SchedulerError
 
@@ -234,7 +235,7 @@ def _recv_exactly(sock: socket.socket, n: int, what: str) -> bytes:
     while len(data) < n:
         try:
             chunk = sock.recv(n - len(data))
-        except socket.timeout as exc:
+        except TimeoutError as exc:
             raise PipeTimeout(f"{what} did not arrive") from exc
         if not chunk:
             raise PipeClosedError(f"{what}: the peer closed the connection")
@@ -280,7 +281,7 @@ class PipeEnds:
                 server.settimeout(max(deadline - time.monotonic(), 0.001))
                 try:
                     sock, _ = server.accept()
-                except socket.timeout as exc:
+                except TimeoutError as exc:
                     raise PipeTimeout(f"pipe {name!r}: {len(ranks)} of {expected} peers connected "
                                       f"within {timeout:g} s") from exc
                 sock.settimeout(timeout)  # the peer's hello (its rank) comes right after connecting
@@ -304,13 +305,13 @@ class PipeEnds:
 class PipeLink:
     """Driver-side handle on the pipes named ``name`` between ranks of two groups."""
 
-    def __init__(self, name: str, group_a: "WorkerGroup", group_b: "WorkerGroup",
+    def __init__(self, name: str, group_a: WorkerGroup, group_b: WorkerGroup,
                  pairs: list[tuple[int, int]]):
         self.name, self.group_a, self.group_b, self.pairs = name, group_a, group_b, pairs
 
     @classmethod
-    def connect(cls, name: str, group_a: "WorkerGroup", group_b: "WorkerGroup",
-                pairs: Sequence[tuple[int, int]], timeout_s: float = 60.0) -> "PipeLink":
+    def connect(cls, name: str, group_a: WorkerGroup, group_b: WorkerGroup,
+                pairs: Sequence[tuple[int, int]], timeout_s: float = 60.0) -> PipeLink:
         """Open one pipe per ``(rank in group_a, rank in group_b)`` pair; returns once every pipe
         is connected. Connecting a name again replaces that name's pipes.
 

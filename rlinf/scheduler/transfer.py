@@ -40,11 +40,23 @@ from __future__ import annotations
 
 import datetime
 import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rlinf.scheduler.transfer_stream import (Header, Piece, SourceReader, Staging, TensorStream, bucket_buffers,
-                                             nbytes_of, pack_bucket, plan_send, send_order, write_bucket)
+from rlinf.scheduler.transfer_stream import (
+    Header,
+    Piece,
+    SourceReader,
+    Staging,
+    TensorStream,
+    bucket_buffers,
+    nbytes_of,
+    pack_bucket,
+    plan_send,
+    send_order,
+    write_bucket,
+)
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
@@ -114,22 +126,22 @@ def _specs_of(tensors: Any, backend: str) -> tuple[list | None, str | None]:
 class TensorLink:
     """A driver-side handle on a link between ``src_group[src_rank]`` and ranks of ``dst_group``."""
 
-    def __init__(self, name: str, members: list[tuple["WorkerGroup", int]]):
+    def __init__(self, name: str, members: list[tuple[WorkerGroup, int]]):
         self.name, self.members = name, members
 
     @classmethod
     def connect(
         cls,
         name: str,
-        src_group: "WorkerGroup",
+        src_group: WorkerGroup,
         src_rank: int,
-        dst_group: "WorkerGroup",
+        dst_group: WorkerGroup,
         dst_ranks: Sequence[int] | None = None,
         *,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         timeout_s: float = 300.0,
         shared_memory: bool | None = None,
-    ) -> "TensorLink":
+    ) -> TensorLink:
         """Build the link's process group on every member and return once all have joined.
 
         Args:
@@ -219,11 +231,10 @@ def _probe_cma(link: _LinkState) -> bool:
     return bool(ok.item())
 
 
-def send_tensors(link: _LinkState, tensors: "dict[str, Any] | LazyTensors") -> int:
+def send_tensors(link: _LinkState, tensors: dict[str, Any] | LazyTensors) -> int:
     """Send ``tensors`` from link rank 0 to all members; returns the bytes sent.
 
     Returns when every receiver has the data (one-host path: has copied the last bucket out)."""
-    import torch
 
     if getattr(link, "local", False):
         from rlinf.scheduler.local.links import send

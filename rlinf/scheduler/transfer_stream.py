@@ -33,8 +33,9 @@ from __future__ import annotations
 import math
 import os
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ class Staging:
         self.unlinked = not create
 
     @classmethod
-    def create(cls, link_name: str, slot_bytes: int) -> "Staging":
+    def create(cls, link_name: str, slot_bytes: int) -> Staging:
         safe = "".join(c if c.isalnum() else "-" for c in link_name)
         return cls(f"/dev/shm/rlinf-link-{safe}-{uuid.uuid4().hex[:12]}", slot_bytes, create=True)
 
@@ -242,7 +243,7 @@ class TensorStream:
         self._pending = None
         self._started = False
 
-    def __enter__(self) -> "TensorStream":
+    def __enter__(self) -> TensorStream:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -316,13 +317,13 @@ class TensorStream:
                 self.link.process_group.barrier().wait()
 
     def _receive_next(self) -> list[Piece]:
-        import torch
 
         index, bucket = self._next, self._buckets[self._next]
         self._next += 1
         if self.header.source_pid is not None:  # cross-memory attach: read when asked
             return [Piece(self.specs[i][0], tuple(self.specs[i][1]), start, numel, self.specs[i][2],
-                          remote=(self.header.source_pid, self.header.addresses[i] + start * itemsize(self.specs[i][2])))
+                          remote=(self.header.source_pid,
+                                  self.header.addresses[i] + start * itemsize(self.specs[i][2])))
                     for i, start, numel in bucket]
         group = self.link.process_group
         if self.staging is not None:

@@ -16,7 +16,8 @@ Example (needs Ray; see ``docs/scheduler.md`` for a full walk-through):
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from rlinf.scheduler.cluster import WORKER_ENV, Cluster, free_port_on
 from rlinf.scheduler.group_call import GroupCall
@@ -28,7 +29,6 @@ from rlinf.scheduler.worker import (
     ENV_NODE_RANK,
     Worker,
 )
-
 
 _CONTROL_GROUP = "rlinf_control"
 
@@ -61,7 +61,7 @@ class WorkerGroup:
         max_concurrency: int = 1,
         start_timeout: float = 120.0,
         wait: bool = True,
-    ) -> "WorkerGroup":
+    ) -> WorkerGroup:
         """Start one process per placed rank and wait until all have run ``__init__``.
 
         Args:
@@ -131,7 +131,7 @@ class WorkerGroup:
             group.wait_started(start_timeout)
         return group
 
-    def wait_started(self, timeout: float = 120.0) -> "WorkerGroup":
+    def wait_started(self, timeout: float = 120.0) -> WorkerGroup:
         """Wait until every rank has run ``__init__`` (after ``launch(..., wait=False)``); on a
         failure the group is shut down and the error raised."""
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 
 class MetricLogger:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import multiprocessing
 import socket
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 
 def free_local_port() -> int:

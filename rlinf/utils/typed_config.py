@@ -36,7 +36,8 @@ Example:
 import dataclasses
 import types
 import typing
-from typing import Any, Literal, Mapping, TypeVar, Union
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -301,7 +302,7 @@ def check_scopes(obj: Any, active: set[str], path: str = "", soft: frozenset[str
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: algorithm.rollout_epoch: 2 has no effect here: read by embodied runs only; remove it (or leave the default 1)
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
     notes = []
     for sub, f, value in walk_fields(obj, path):
         scope = f.metadata.get("scope")

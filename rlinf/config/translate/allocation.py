@@ -38,7 +38,7 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.config.translate.allocation.AllocationError: the MoE form (attn:...|ffn:...) has no counterpart: rlinf's Megatron actor has one parallel layout for every layer
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 

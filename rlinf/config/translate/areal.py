@@ -19,10 +19,17 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from rlinf.config.translate.allocation import AllocationError, Allocation, Placed, lay_out, parse_allocation, \
-    parse_component
+from rlinf.config.translate.allocation import (
+    Allocation,
+    AllocationError,
+    Placed,
+    lay_out,
+    parse_allocation,
+    parse_component,
+)
 from rlinf.config.translate.common import DIFF, NO, SourceError, Translation, cluster_section
 
 #: AReaL dtype names -> ours
@@ -383,7 +390,8 @@ def algorithm(t: Translation) -> None:
             t.set("actor.adv_norm", "algorithm.normalize_advantages", True)
         else:
             t.skip("actor.adv_norm", DIFF + "rlinf normalises advantages per group for grpo and per batch for gae "
-                                            f"(algorithm.normalize_advantages); AReaL's levels {sorted(map(str, levels))}")
+                                            "(algorithm.normalize_advantages); AReaL's levels "
+                                            f"{sorted(map(str, levels))}")
     if t.has("actor.reward_norm.group_size"):
         same = t.get("actor.reward_norm.group_size") == t.get("gconfig.n_samples")
         t.covered("actor.reward_norm.group_size", "groups are algorithm.group_size") if same else \
@@ -442,7 +450,8 @@ def actor(t: Translation) -> None:
         t.set("actor.mb_spec.max_tokens_per_mb", "runner.enable_dynamic_batch_size", True)
         t.set("actor.mb_spec.max_tokens_per_mb", "runner.max_tokens_per_mbs", tokens)
     elif t.has("actor.mb_spec.max_tokens_per_mb"):
-        t.covered("actor.mb_spec.max_tokens_per_mb", "null: micro-batches by size (runner.enable_dynamic_batch_size false)")
+        t.covered("actor.mb_spec.max_tokens_per_mb",
+                  "null: micro-batches by size (runner.enable_dynamic_batch_size false)")
     for key in ("actor.is_critic", "actor.peft_type"):
         if t.has(key):
             ok = t.get(key) in (False, "lora")

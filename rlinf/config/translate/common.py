@@ -324,8 +324,8 @@ def check_result(tree: dict[str, Any]) -> bool:
     from omegaconf.errors import OmegaConfBaseException
 
     from rlinf.config.math import MathConfig
-    from rlinf.utils.typed_config import ConfigError
     from rlinf.config.resolvers import register_resolvers
+    from rlinf.utils.typed_config import ConfigError
 
     register_resolvers()
     try:

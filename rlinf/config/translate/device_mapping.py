@@ -15,7 +15,7 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.config.translate.device_mapping.DeviceMappingError: cannot read "__import__('os').getcwd()": accepted are list(range(a, b[, step])), literal lists of ints and sums of these
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 

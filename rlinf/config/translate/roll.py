@@ -19,7 +19,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlinf.config.translate.areal import DTYPES, NULLABLE, num
 from rlinf.config.translate.common import DIFF, NO, SourceError, Translation, cluster_section, show
@@ -144,7 +145,8 @@ def looks_like_roll(raw: dict[str, Any]) -> str | None:
     if "runner" in raw or "component_placement" in (raw.get("cluster") or {}):
         return "this is an rlinf config (it has runner / cluster.component_placement), not a ROLL one"
     if not isinstance(raw.get("actor_train"), dict) and not isinstance(raw.get("actor_infer"), dict):
-        hint = "; it looks like an AReaL config, use --from areal" if "allocation_mode" in raw or "gconfig" in raw else ""
+        areal = "allocation_mode" in raw or "gconfig" in raw
+        hint = "; it looks like an AReaL config, use --from areal" if areal else ""
         return f"not a ROLL config: no actor_train / actor_infer section{hint}"
     return None
 
@@ -418,7 +420,8 @@ def batches(t: Translation) -> None:
     procs = len(devices(t, "actor_train") or [])
     cfg = "actor_train.strategy_args.strategy_config"
     if t.value("actor.training_backend") == "megatron":
-        procs //= (t.get(f"{cfg}.tensor_model_parallel_size") or 1) * (t.get(f"{cfg}.pipeline_model_parallel_size") or 1)
+        procs //= ((t.get(f"{cfg}.tensor_model_parallel_size") or 1)
+                   * (t.get(f"{cfg}.pipeline_model_parallel_size") or 1))
     per_step = (t.get("actor_train.training_args.per_device_train_batch_size") or 1) * (t.get(key) or 1) * procs
     samples = (t.get("rollout_batch_size") or 0) * (t.get("num_return_sequences_in_group") or 1)
     if placed and per_step and samples and samples % per_step == 0:

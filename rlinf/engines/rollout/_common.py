@@ -23,7 +23,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from rlinf.config.algorithm import SamplingParams
 

@@ -6,7 +6,7 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: rollout.backend: unknown rollout backend 'tensorrt'; allowed: huggingface, vllm, sglang
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 

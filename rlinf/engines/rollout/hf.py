@@ -30,15 +30,15 @@ Example (a tiny random model; real use passes a checkpoint folder)::
 from __future__ import annotations
 
 import gc
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
 from rlinf.config.algorithm import SamplingParams
 from rlinf.engines.rollout._common import (
     check_named_tensors,
-    check_specs,
     check_prompts,
+    check_specs,
     effective_top_k,
     eos_id_list,
     logprob_temperature,

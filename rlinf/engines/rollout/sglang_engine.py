@@ -19,7 +19,8 @@ min-new-tokens masking or top-k/top-p enter them was NOT verified here; rely on
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
@@ -51,7 +52,7 @@ class SGLangRolloutEngine(RolloutEngine):
                                     random_seed=seed, **engine_kwargs)
 
     @classmethod
-    def from_config(cls, model_path: str, rollout_cfg: Any, **kw: Any) -> "SGLangRolloutEngine":
+    def from_config(cls, model_path: str, rollout_cfg: Any, **kw: Any) -> SGLangRolloutEngine:
         """Build from a :class:`~rlinf.config.rollout.RolloutConfig` (``kw`` wins)."""
         args: dict[str, Any] = dict(
             eos_token_id=rollout_cfg.eos, mem_fraction_static=rollout_cfg.gpu_memory_utilization,

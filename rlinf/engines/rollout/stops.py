@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def cut_at_stop(token_ids: Sequence[int], tokenizer, stops: Sequence[str]) -> int | None:

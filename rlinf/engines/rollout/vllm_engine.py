@@ -51,18 +51,18 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
 from rlinf.config.algorithm import SamplingParams
 from rlinf.engines.rollout._common import (
     check_named_tensors,
-    check_specs,
     check_prompts,
+    check_specs,
     effective_top_k,
     model_eos_ids,
-    logprob_temperature,
     parameter_layout,
 )
 from rlinf.engines.rollout.base import Generation, RolloutEngine
@@ -184,7 +184,7 @@ class VLLMRolloutEngine(RolloutEngine):
                 "temperature 1", vllm.__version__)
 
     @classmethod
-    def from_config(cls, model_path: str, rollout_cfg: Any, **kw: Any) -> "VLLMRolloutEngine":
+    def from_config(cls, model_path: str, rollout_cfg: Any, **kw: Any) -> VLLMRolloutEngine:
         """Build from a :class:`~rlinf.config.rollout.RolloutConfig` (``kw`` wins)."""
         args: dict[str, Any] = dict(
             gpu_memory_utilization=rollout_cfg.gpu_memory_utilization,

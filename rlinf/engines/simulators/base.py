@@ -22,8 +22,8 @@ Example (the toy simulator, no library needed):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -60,7 +60,7 @@ class EnvObs:
             return int(next(iter(self.images.values())).shape[0])
         return len(self.task_descriptions or ())
 
-    def select(self, env_ids: Sequence[int] | torch.Tensor) -> "EnvObs":
+    def select(self, env_ids: Sequence[int] | torch.Tensor) -> EnvObs:
         """The rows of ``env_ids`` (a new batch).
 
         >>> obs = EnvObs(states=torch.arange(6.).reshape(3, 2), task_descriptions=["a", "b", "c"])
@@ -76,7 +76,7 @@ class EnvObs:
             else [self.task_descriptions[i] for i in ids.tolist()],
         )
 
-    def clone(self) -> "EnvObs":
+    def clone(self) -> EnvObs:
         """A deep copy (tensors cloned)."""
         return EnvObs(
             states=None if self.states is None else self.states.clone(),
@@ -205,7 +205,7 @@ class VectorEnv(ABC):
     def close(self) -> None:
         """Stop the simulators (idempotent)."""
 
-    def __enter__(self) -> "VectorEnv":
+    def __enter__(self) -> VectorEnv:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -26,8 +26,8 @@ Example (toy simulator: the agent sits still, so no episode succeeds and all tru
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch

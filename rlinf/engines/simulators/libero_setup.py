@@ -17,7 +17,7 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.engines.simulators.libero_setup.LiberoAssetsError: LIBERO assets at ... are incomplete: missing articulated_objects, scenes, ...
-"""
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 

@@ -285,7 +285,8 @@ class ManiSkillGPUSim(BatchSim):
 
     def _obs(self, raw: Any) -> EnvObs:
         states, images = _split_obs(raw)
-        return EnvObs(states=states, images=images, task_descriptions=_instructions(self._env, self._n, self._instruction))
+        return EnvObs(states=states, images=images,
+                      task_descriptions=_instructions(self._env, self._n, self._instruction))
 
 
 def single_env_kwargs(p: Any) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 ``envs_per_process`` to group them), a pipe to each process.
 
 Needed because a ManiSkill CPU environment object holds one environment (no batch on CPU) and
-stepping many in one process uses one core; useful for LIBERO (MuJoCo rendering holds a GL context per process). Processes start with the ``spawn``
+stepping many in one process uses one core; useful for LIBERO (MuJoCo rendering holds a GL context
+per process). Processes start with the ``spawn``
 context (no inherited GL / CUDA / Ray state), so a script that builds one needs an
 ``if __name__ == "__main__":`` guard.
 
@@ -27,8 +28,9 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch

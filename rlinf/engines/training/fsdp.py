@@ -58,26 +58,26 @@ from torch.distributed.fsdp import FSDPModule
 
 from rlinf.config.actor import ActorConfig
 from rlinf.data.rollout_batch import RolloutBatch
-from rlinf.engines.training.fsdp_weights import GatheredWeights
 from rlinf.engines.training.base import LossFn, TrainingEngine
+from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded, write_hf_folder
 from rlinf.engines.training.fsdp_utils import (
     apply_liger,
     batch_to,
+    build_optimizer,
     check_config,
     clip_grad_norm,
     dummy_batch,
-    build_optimizer,
     max_over_ranks,
-    sum_over_ranks,
     move_grads,
     move_optimizer_state,
     parse_dtype,
     reduce_metrics,
     response_logprobs,
     shard_model,
+    sum_over_ranks,
     to_float,
 )
-from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded, write_hf_folder
+from rlinf.engines.training.fsdp_weights import GatheredWeights
 from rlinf.engines.training.lr_schedule import schedule_from_config
 
 
@@ -276,7 +276,7 @@ class FSDPEngine(TrainingEngine):
             state = merge_lora_state(state, self.lora_config)
         return state
 
-    def weight_source(self) -> "GatheredWeights | dict[str, torch.Tensor]":
+    def weight_source(self) -> GatheredWeights | dict[str, torch.Tensor]:
         """What an actor -> rollout sync sends: the weights gathered one tensor at a time as the
         link packs them (:class:`~rlinf.engines.training.fsdp_weights.GatheredWeights`), or with
         LoRA the merged :meth:`full_state_dict`. Every rank calls it; see ``GatheredWeights``."""

@@ -53,7 +53,7 @@ class Action:
 
     >>> Action.from_dict({"type": "scroll", "direction": "down"})
     Action(type='scroll', id=None, x=None, y=None, text=None, submit=False, direction='down', url=None, raw=None, error=None)
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
 
     type: str
     id: int | None = None

@@ -32,11 +32,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from rlinf.engines.web.actions import MODES, Action
-from rlinf.engines.web.browser_errors import (  # noqa: F401 - the errors are part of this module's API
+from rlinf.engines.web.browser_errors import (
     BrowserStartError,
     InstanceLost,
     OperationTimeout,
@@ -148,7 +149,7 @@ class BrowserHost:
             info = await asyncio.wait_for(session.send("SystemInfo.getProcessInfo"), STEP_TIMEOUT_S)
             self.browser_pid = next((p["id"] for p in info["processInfo"] if p["type"] == "browser"), None)
             await session.detach()
-        except (PlaywrightError, asyncio.TimeoutError):
+        except (TimeoutError, PlaywrightError):
             self.browser_pid = None
 
     def _browser_gone(self, generation: int) -> None:
@@ -186,7 +187,7 @@ class BrowserHost:
             return inst.iid
         try:
             return await asyncio.wait_for(make(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise OperationTimeout("allocate", "-", timeout_s) from None
 
     async def _open(self, inst: _Instance) -> None:
@@ -209,7 +210,8 @@ class BrowserHost:
         page.on("requestfinished", lambda r: inst.nav_ended.set() if main_navigation(r) else None)
         page.on("framenavigated", lambda f: inst.committed.set() if f == page.main_frame else None)
         page.on("load", lambda _p: inst.loaded.set() if inst.page is page else None)
-        page.on("crash", lambda _p: setattr(inst, "lost", inst.lost or "the page crashed") if inst.page is page else None)
+        page.on("crash", lambda _p: setattr(inst, "lost", inst.lost or "the page crashed")
+                if inst.page is page else None)
         page.on("dialog", lambda dialog: self._spawn(dialog.accept()))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -260,7 +262,7 @@ class BrowserHost:
                 return await fn(inst)
         try:
             return await asyncio.wait_for(locked(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             inst.needs_reset = True  # the next call recovers first, unless the background reset did
             self._spawn(self._reset_locked(inst))
             raise OperationTimeout(name, iid, timeout_s) from None
@@ -297,7 +299,7 @@ class BrowserHost:
     async def _answers(self, inst: _Instance, limit_s: float = STEP_TIMEOUT_S / 2) -> bool:
         try:
             return await asyncio.wait_for(inst.page.evaluate("1"), limit_s) == 1
-        except (PlaywrightError, asyncio.TimeoutError):
+        except (TimeoutError, PlaywrightError):
             return False
 
     @staticmethod
@@ -331,7 +333,7 @@ class BrowserHost:
     async def _page_meta(self, inst: _Instance) -> dict[str, str]:
         try:
             title = await asyncio.wait_for(inst.page.title(), STEP_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             title = ""
         return {"url": inst.page.url, "title": title}
 

@@ -64,7 +64,7 @@ def check_pools(http_pools: dict[str, int] | None) -> dict[str, int]:
     Traceback (most recent call last):
     ...
     ValueError: http_pools.exec: unknown operation; expected one of allocate, release, navigate, metadata, screenshot, ac_tree, page_metadata, execute
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
     pools = dict.fromkeys(OPERATIONS, DEFAULT_POOL)
     for op, size in (http_pools or {}).items():
         if op not in OPERATIONS:
@@ -176,7 +176,8 @@ class BrowserClient:
         """The observation: ``{"text", "elements"}``."""
         return await self._call("ac_tree", {"instance_id": iid, "mode": mode, "rich": rich})
 
-    async def execute(self, iid: str, action: dict[str, Any] | Action, timeout_s: float | None = None) -> dict[str, Any]:
+    async def execute(self, iid: str, action: dict[str, Any] | Action,
+                      timeout_s: float | None = None) -> dict[str, Any]:
         """Perform one action: ``{"ok", "error", "url", "title"}``."""
         payload: dict[str, Any] = {"instance_id": iid,
                                    "action": action.to_dict() if isinstance(action, Action) else action}

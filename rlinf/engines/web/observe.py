@@ -158,7 +158,8 @@ MARK_JS = r"""
               : (child.isContentEditable ? clean(child.innerText) : (child.value || '')));
           }
           if (role === 'checkbox' || role === 'radio' || role === 'switch') {
-            item.checked = child.checked === undefined ? child.getAttribute('aria-checked') === 'true' : !!child.checked;
+            item.checked = child.checked === undefined
+                ? child.getAttribute('aria-checked') === 'true' : !!child.checked;
           }
           if (child.disabled || child.getAttribute('aria-disabled') === 'true') item.disabled = true;
           items.push(item);
@@ -240,7 +241,8 @@ def element_line(item: dict[str, Any], mode: str) -> str:
     """One marked element as a line: ``[3] textbox "Search" value=""`` or, in coordinates mode,
     ``textbox "Search" value="" @(120,340)``.
 
-    >>> element_line({"id": 2, "role": "checkbox", "name": "I agree", "checked": False, "box": [0, 0, 10, 10]}, "set_of_marks")
+    >>> box = {"id": 2, "role": "checkbox", "name": "I agree", "checked": False, "box": [0, 0, 10, 10]}
+    >>> element_line(box, "set_of_marks")
     '[2] checkbox "I agree" checked=false'
     """
     parts = [item["role"], _quote(item.get("name") or "")]

@@ -7,7 +7,8 @@ text, no previous page) come back as one line; the caller bounds the whole call 
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from rlinf.engines.web.actions import Action
 

@@ -41,8 +41,14 @@ from typing import Any
 from aiohttp import web
 
 from rlinf.engines.web.actions import MODES, Action
-from rlinf.engines.web.browser import (BrowserHost, BrowserStartError, InstanceLost, OperationTimeout,
-                                       UnknownInstance, first_line)
+from rlinf.engines.web.browser import (
+    BrowserHost,
+    BrowserStartError,
+    InstanceLost,
+    OperationTimeout,
+    UnknownInstance,
+    first_line,
+)
 from rlinf.engines.web.client import OPERATIONS
 
 _FIELDS = {"allocate": set(), "release": {"instance_id"}, "metadata": {"instance_id"},
@@ -248,11 +254,12 @@ class BrowserService:
         self._busy[iid] += 1
         try:
             return await asyncio.wait_for(call, bound + 1.0)  # the host keeps its bound; this is a net
-        except (OperationTimeout, asyncio.TimeoutError):
+        except (TimeoutError, OperationTimeout):
             self._counts["timeouts"] += 1
             if iid in self._live and iid in self.host.instance_ids():
                 asyncio.ensure_future(self._quiet_reset(iid))
-            raise _Answer(504, f"{op} did not finish within {bound:g}s (operation_timeout={self.operation_timeout:g}s); "
+            raise _Answer(504, f"{op} did not finish within {bound:g}s "
+                               f"(operation_timeout={self.operation_timeout:g}s); "
                                "the instance was reset") from None
         except InstanceLost as lost:
             if iid in self._live:
@@ -284,7 +291,7 @@ class BrowserService:
         self._waiting += 1
         try:
             await asyncio.wait_for(self._slots.acquire(), self.wait_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._counts["rejected_allocations"] += 1
             raise _Answer(503, f"no free browser instance within wait_timeout={self.wait_timeout:g}s "
                                f"(server_size={self.server_size}, all in use)") from None

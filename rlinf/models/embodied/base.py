@@ -28,8 +28,9 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -64,7 +65,7 @@ class PolicyOutput:
     values: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
 
-    def detach(self) -> "PolicyOutput":
+    def detach(self) -> PolicyOutput:
         """A copy with every tensor detached (for storing a rollout).
 
         Returns:

@@ -30,8 +30,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rlinf.config.actor import ActorModelConfig
 from rlinf.models.embodied.base import EmbodiedPolicy, ObsSpec, check_value_type
@@ -115,7 +116,8 @@ def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec:
     cfg = model_cfg if isinstance(model_cfg, ActorModelConfig) else parse_section(ActorModelConfig, model_cfg, PATH)
     model_type = (cfg.model_type or "").lower()
     if model_type not in MODEL_TYPES:
-        raise ConfigError(f"{PATH}.model_type", f"embodied policies are {', '.join(MODEL_TYPES)}; got {cfg.model_type!r}")
+        raise ConfigError(f"{PATH}.model_type",
+                          f"embodied policies are {', '.join(MODEL_TYPES)}; got {cfg.model_type!r}")
     vla = model_type in ("openvla", "openvla_oft")
     action_dim = cfg.policy.action_dim or (7 if vla else None)
     if action_dim is None:

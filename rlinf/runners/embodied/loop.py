@@ -40,7 +40,6 @@ from rlinf.workers.env.env_worker import EnvWorker
 from rlinf.workers.env.messages import ENV_POLICY_PIPE, EpisodeStats
 from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker
 
-
 #: running state statistics (``rollout.normalize_states``) beside a saved policy / checkpoint
 STATE_NORM_FILE = "state_norm.pt"
 
@@ -84,7 +83,8 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
         obs_spec = env.execute("obs_spec", ranks=[0]).wait()[0]
         temperature = cfg.algorithm.sampling_params.temperature
         norm_clip = cfg.rollout.state_norm_clip if cfg.rollout.normalize_states else None
-        rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"), name=cfg.rollout.group_name,
+        rollout = WorkerGroup.launch(cluster, PolicyRolloutWorker, plan.component("rollout"),
+                                     name=cfg.rollout.group_name,
                                      args=(model, obs_spec, env.world_size, stages, temperature, norm_clip,
                                            cfg.runner.max_prompt_length),
                                      wait=False)
@@ -159,7 +159,7 @@ class EmbodiedRunner(ScheduledRunner):
                 stats = stats.merge(epoch_stats)
         traj = Trajectory.concat_envs(parts)
         t_rollout = time.perf_counter() - t0
-        advantages, returns = embodied_advantages(traj, self.cfg.algorithm, self.cfg.env.train.group_size)                              # 2
+        advantages, returns = embodied_advantages(traj, self.cfg.algorithm, self.cfg.env.train.group_size)  # 2
         batch = traj.to_batch(advantages, returns)
         t1 = time.perf_counter()
         actor_metrics = self.update(batch)                                                    # 3

@@ -13,7 +13,8 @@ dict.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.runners.embodied.preflight import EmbodiedStart, prepare_embodied
@@ -30,7 +31,7 @@ def link_labels(cfg) -> str:
     ...                       actor=SimpleNamespace(channel=ChannelRef("replay_buffer", "replay_buffer")))
     >>> link_labels(cfg)
     'observations env -> rollout env_buffer_list/obs_buffer, actions rollout -> env env_buffer_list/action_buffer, trajectories rollout -> actor replay_buffer/replay_buffer'
-    """
+    """  # noqa: E501 - a doctest's expected output is one line
     env, roll, act = cfg.env.channel, cfg.rollout.channel, cfg.actor.channel
     return (f"observations env -> rollout {env.name}/{env.queue_name}, actions rollout -> env "
             f"{roll.name}/{roll.queue_name}, trajectories rollout -> actor {act.name}/{act.queue_name}")

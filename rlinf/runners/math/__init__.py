@@ -1,1 +1,2 @@
-"""The math (LLM) RL recipe: ``main`` (entry), ``groups`` (launch), ``pipeline`` (rollout -> reward -> log-probs), ``loop`` (the training step)."""
+"""The math (LLM) RL recipe: ``recipe`` (the recipe), ``preflight`` (checks before Ray), ``groups``
+(launch), ``pipeline`` (rollout -> reward -> log-probs), ``loop`` (the training step)."""

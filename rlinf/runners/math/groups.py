@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlinf.config.math import MathConfig
+from rlinf.engines.training.megatron.runtime import megatron_import_error
 from rlinf.scheduler import Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
 from rlinf.utils.typed_config import ConfigError
-from rlinf.engines.training.megatron.runtime import megatron_import_error
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
 from rlinf.workers.actor.megatron_actor import MegatronActorWorker
 from rlinf.workers.critic.fsdp_critic import FSDPCriticWorker

@@ -2,8 +2,9 @@
 
 Two paths, chosen once from the placement mode of actor and rollout:
 
-* collocated (or hybrid: some devices shared) — phases take turns on the shared devices: the actor offloads, the rollout engine
-  onloads and generates the whole batch, offloads; then reward and log-probs run on the full batch.
+* collocated (or hybrid: some devices shared) — phases take turns on the shared devices: the actor
+  offloads, the rollout engine onloads and generates the whole batch, offloads; then reward and
+  log-probs run on the full batch.
 * disaggregated — :meth:`RolloutPipeline.submit` starts generation and returns at once; every
   rollout rank puts chunks of ``rollout_batch_size_per_gpu`` prompts into a channel as they finish,
   and :meth:`RolloutPipeline.collect` scores each chunk and has the actor (and the inference
@@ -22,10 +23,10 @@ uses the detached current log-probs (ratio 1), as the recompute would give up to
 from __future__ import annotations
 
 import itertools
-import time
-import uuid
 import json
 import os
+import time
+import uuid
 from dataclasses import dataclass, field
 
 import torch
@@ -204,7 +205,7 @@ class RolloutPipeline:
         job.call.wait()
         generated = time.perf_counter()
         scored = []
-        for chunk, scoring, pending in pieces:
+        for _chunk, scoring, pending in pieces:
             part, _ = scoring()
             _fill_logprobs(part, pending, self.cfg.rollout.recompute_logprobs)
             scored.append(part)

@@ -6,7 +6,7 @@ Example:
     >>> prepare_math({"cluster": {"component_placement": {"actor,rollout": "all"}}})
     Traceback (most recent call last):
     ...
-    rlinf.utils.typed_config.ConfigError: data: missing required section
+    rlinf.utils.typed_config.ConfigError: data.train_data_paths: missing (required)
 """
 
 from __future__ import annotations

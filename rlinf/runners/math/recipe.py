@@ -10,7 +10,8 @@ RLOO, DAPO pieces), one training step as :mod:`rlinf.runners.math.loop` shows it
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlinf.config.math import MathConfig
 from rlinf.runners.math.preflight import MathStart, prepare_math
@@ -44,7 +45,8 @@ class MathRecipe(Recipe):
         from rlinf.runners.math.groups import launch_math_groups
         from rlinf.runners.math.loop import total_training_steps
 
-        return launch_math_groups(start.cfg, cluster, plan, total_training_steps(start.cfg, start.train.batches_per_epoch))
+        total = total_training_steps(start.cfg, start.train.batches_per_epoch)
+        return launch_math_groups(start.cfg, cluster, plan, total)
 
     def build_runner(self, start: MathStart, groups, logger, print_fn: Callable = print):
         from rlinf.runners.math.loop import MathRunner
@@ -54,8 +56,9 @@ class MathRecipe(Recipe):
         runner = MathRunner(start.cfg, groups, start.train, start.val, pad, logger)
         if start.cfg.rollout.recompute_logprobs:
             why = runner.pipeline.recompute_reason
-            print_fn("[rlinf] old log-probs: " + ("the update's own (one on-policy optimizer step per batch: no "
-                                                  "separate pass)" if why is None else f"recomputed by the actor ({why})"))
+            how = ("the update's own (one on-policy optimizer step per batch: no separate pass)" if why is None
+                   else f"recomputed by the actor ({why})")
+            print_fn(f"[rlinf] old log-probs: {how}")
         return runner
 
 

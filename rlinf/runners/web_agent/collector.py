@@ -111,7 +111,7 @@ async def collect(items: Sequence[Any], run_one: RunOne, *, concurrency: int, co
         item, stop = items[i], stops[i]
         try:
             inner = asyncio.ensure_future(run_one(item, stop))
-        except Exception as exc:   # run_one failed before giving a coroutine
+        except Exception as exc:  # noqa: BLE001 - run_one failed before giving a coroutine: one record
             return make_record(item, ERROR, f"{type(exc).__name__}: {exc}")
         waiter = asyncio.ensure_future(stop.wait())
         try:
@@ -139,7 +139,7 @@ async def collect(items: Sequence[Any], run_one: RunOne, *, concurrency: int, co
             value = task.result()
         except fatal:
             raise
-        except Exception as exc:   # a fault of the wrapper itself; never lose the item
+        except Exception as exc:  # noqa: BLE001 - a fault of the wrapper itself; never lose the item
             value = make_record(items[i], ERROR, f"collector: {type(exc).__name__}: {exc}")
         results[i] = value
         finished += 1
@@ -164,7 +164,7 @@ async def collect(items: Sequence[Any], run_one: RunOne, *, concurrency: int, co
                 deadline = loop.time() + grace_period_s
             if deadline is not None and loop.time() >= deadline:
                 break
-        for task, i in running.items():
+        for i in running.values():
             reasons[i] = STRAGGLER
             stops[i].set()
         if running:

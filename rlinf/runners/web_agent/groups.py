@@ -118,7 +118,8 @@ def total_update_steps(cfg, actor_ranks: int) -> int:
     import math
 
     a, e = cfg.algorithm_config, cfg.env_config
-    per_iter = a.positive_samples_to_train if a.method == "filtered_sft" else max(e.train_tasks_rollout_size, 1) * a.group_size
+    per_iter = (a.positive_samples_to_train if a.method == "filtered_sft"
+                else max(e.train_tasks_rollout_size, 1) * a.group_size)
     per_step = a.per_device_train_batch_size * a.gradient_accumulation_steps * actor_ranks
     return max(1, cfg.runner.iterations * a.num_train_epochs * math.ceil(per_iter / per_step))
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass

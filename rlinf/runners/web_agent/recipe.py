@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlinf.config.web import WebAgentConfig
 from rlinf.runners.recipe import Recipe, run_recipe

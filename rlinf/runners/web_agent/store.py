@@ -84,7 +84,7 @@ def _read(path: Path) -> dict:
 
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever torch.load raises, the file is unreadable
         raise ValueError(f"{path}: not a readable trajectory file ({type(exc).__name__}: {str(exc)[:200]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("trajectories"), list) \
             or not isinstance(data.get("metadata"), dict):

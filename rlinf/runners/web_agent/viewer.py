@@ -49,7 +49,8 @@ def render_report(trajectories: list[dict], title: str = "trajectories") -> str:
         task = traj.get("task") or {}
         good = (traj.get("reward") or 0) > 0
         parts.append(f"<div class='episode {'ok' if good else 'fail'}' id='ep{n}'>"
-                     f"<h2>{_e(task.get('task_id'))} (repeat {_e(traj.get('repeat', 0))}, {_e(task.get('difficulty'))})</h2>"
+                     f"<h2>{_e(task.get('task_id'))} (repeat {_e(traj.get('repeat', 0))}, "
+                     f"{_e(task.get('difficulty'))})</h2>"
                      f"<p><b>Task:</b> {_e(task.get('instruction'))}<br><b>Reference:</b> "
                      f"{_e(task.get('reference_answer'))} &nbsp; <b>Answer:</b> {_e(traj.get('answer'))} &nbsp; "
                      f"<b>Status:</b> {_e(traj.get('status'))} &nbsp; <b>Reward:</b> {_e(traj.get('reward'))}"
@@ -62,7 +63,8 @@ def render_report(trajectories: list[dict], title: str = "trajectories") -> str:
             parts.append(f"<div class='step'><div>{img}</div><div><b>Step {_e(step.get('index'))}</b> "
                          f"{_e(obs.get('title'))} <code>{_e(obs.get('url'))}</code>"
                          f"<pre class='reply'>{_e(step.get('response'))}</pre>"
-                         f"<div class='action'>action: <code>{_e(json.dumps(action) if action else 'none (environment failure)')}</code>"
+                         f"<div class='action'>action: <code>"
+                         f"{_e(json.dumps(action) if action else 'none (environment failure)')}</code>"
                          + (f"<br>error: {_e(step.get('exec_error'))}" if step.get("exec_error") else "")
                          + "</div></div></div>")
         parts.append("</div>")
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(write_report(args.folder, args.iteration, args.out))
     except FileNotFoundError as exc:
-        raise SystemExit(f"error: {exc}")
+        raise SystemExit(f"error: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -48,8 +48,7 @@ from rlinf.scheduler.channel import fast_client
 from rlinf.scheduler.channel.actor import SLICE_EXPIRED, ChannelActor
 from rlinf.scheduler.channel.fast_client import FastPathBroken, GetHooks
 from rlinf.scheduler.channel.keyed_queue import check_batch_request, check_weight
-from rlinf.scheduler.channel.payload import (PayloadLostError, from_queue_item, pack, to_queue_item,
-                                             unpack_many)
+from rlinf.scheduler.channel.payload import PayloadLostError, from_queue_item, pack, to_queue_item, unpack_many
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ class Channel:
 
     # ---- creation -------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, maxsize: int = 0, node_id: str | None = None) -> "Channel":
+    def create(cls, name: str, maxsize: int = 0, node_id: str | None = None) -> Channel:
         """Create channel ``name`` (or open it if it exists with the same ``maxsize``).
 
         Args:
@@ -122,7 +121,7 @@ class Channel:
         return channel
 
     @classmethod
-    def connect(cls, name: str, timeout: float = 30.0) -> "Channel":
+    def connect(cls, name: str, timeout: float = 30.0) -> Channel:
         """Open an existing channel, waiting up to ``timeout`` seconds for it to be created."""
         from rlinf.scheduler import local
 
@@ -144,7 +143,7 @@ class Channel:
     def __reduce__(self):
         return (Channel, (self.name, self._actor, self._fast_path))
 
-    def rpc_only(self) -> "Channel":
+    def rpc_only(self) -> Channel:
         """A handle on the same channel whose calls all go through Ray RPC, never the same-node
         socket (for comparisons and tests; ``RLINF_CHANNEL_FAST_PATH=0`` does this for a process).
 

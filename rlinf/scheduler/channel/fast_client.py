@@ -24,8 +24,9 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from rlinf.scheduler.channel.actor import SLICE_EXPIRED
 from rlinf.scheduler.channel.payload import PayloadLostError
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 FAST_PATH_ENV = "RLINF_CHANNEL_FAST_PATH"
 
 # actor id -> (pid that resolved it, client or None = use Ray RPC)
-_CLIENTS: dict[str, tuple[int, "FastPathClient | None"]] = {}
+_CLIENTS: dict[str, tuple[int, FastPathClient | None]] = {}
 _RESOLVING = threading.Lock()
 
 
@@ -79,7 +80,7 @@ def fast_path_enabled() -> bool:
     return os.environ.get(FAST_PATH_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def client_for(actor, call: Callable) -> "FastPathClient | None":
+def client_for(actor, call: Callable) -> FastPathClient | None:
     """This process's fast-path client for channel ``actor``, or None when calls must use Ray RPC
     (switched off, another node, no socket). Resolved once per process and actor.
 
@@ -111,7 +112,7 @@ def forget(actor) -> None:
         entry[1].close()
 
 
-def _resolve(actor, call: Callable) -> "FastPathClient | None":
+def _resolve(actor, call: Callable) -> FastPathClient | None:
     import ray
 
     if not ray.is_initialized():
@@ -153,7 +154,7 @@ class FastPathClient:
             return self._exchange(pipe, request_id, ("put", key, blob, weight, timeout))
 
     def get_batch(self, key: str, count: int | None, target_weight: float | None, wait_s: float,
-                  request_id: str, hooks: "GetHooks") -> Any:
+                  request_id: str, hooks: GetHooks) -> Any:
         """The items of a batch, or SLICE_EXPIRED when ``wait_s`` passed without a result.
 
         The reply is unpacked (``hooks.unpack``) before it is acknowledged, so a caller

@@ -159,7 +159,7 @@ class FastPathServer:
                         return
         except _CONNECTION_GONE:
             pass
-        except Exception:  # noqa: BLE001 - a bad frame must not take the actor's loop down
+        except Exception:
             logger.exception("channel fast path: dropping a connection after a protocol error")
         finally:
             if read_ahead is not None:

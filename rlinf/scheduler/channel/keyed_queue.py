@@ -129,7 +129,7 @@ class KeyedQueues:
         q.putters.append(putter)
         try:
             await asyncio.wait_for(asyncio.shield(putter.future), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+        except (TimeoutError, asyncio.CancelledError) as exc:
             if putter.future.done() and not putter.future.cancelled():
                 return  # admitted just as the timeout fired
             if putter in q.putters:
@@ -241,7 +241,7 @@ class KeyedQueues:
         self._pump(q)
         try:
             got = await asyncio.wait_for(asyncio.shield(getter.future), timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+        except (TimeoutError, asyncio.CancelledError) as exc:
             if getter.future.done() and not getter.future.cancelled():
                 got = getter.future.result()
             else:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 
-_ACTIVE: "weakref.ref | None" = None
+_ACTIVE: weakref.ref | None = None
 
 
 def is_active() -> bool:

@@ -13,10 +13,10 @@ import threading
 import uuid
 from typing import Any
 
-from rlinf.scheduler.channel.channel import GET_SLICE_S, Channel, ChannelClosedError, ChannelTimeout, _Deadline
+from rlinf.scheduler.channel.channel import Channel, ChannelClosedError, ChannelTimeout, _Deadline
 from rlinf.scheduler.channel.keyed_queue import KeyedQueues, QueueTimeout, check_batch_request, check_weight
 
-_REGISTRY: dict[str, "_State"] = {}
+_REGISTRY: dict[str, _State] = {}
 _LOCK = threading.Lock()
 _LOOP: asyncio.AbstractEventLoop | None = None
 
@@ -60,7 +60,7 @@ class LocalChannel(Channel):
         super().__init__(name, actor=None, fast_path=False)
 
     @classmethod
-    def create(cls, name: str, maxsize: int = 0, node_id: str | None = None) -> "LocalChannel":
+    def create(cls, name: str, maxsize: int = 0, node_id: str | None = None) -> LocalChannel:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
             raise ValueError(f"maxsize must be an int >= 0 (0 = unbounded), got {maxsize!r}")
         with _LOCK:
@@ -72,7 +72,7 @@ class LocalChannel(Channel):
         return cls(name)
 
     @classmethod
-    def connect(cls, name: str, timeout: float = 30.0) -> "LocalChannel":
+    def connect(cls, name: str, timeout: float = 30.0) -> LocalChannel:
         import time
 
         deadline = time.monotonic() + timeout
@@ -85,7 +85,7 @@ class LocalChannel(Channel):
     def __reduce__(self):
         return (_open, (self.name,))
 
-    def rpc_only(self) -> "LocalChannel":
+    def rpc_only(self) -> LocalChannel:
         return LocalChannel(self.name)
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from rlinf.scheduler.cluster import LOOPBACK, Cluster, NodeInfo, _bind_free_port, _local_gpu_count
 from rlinf.scheduler.local import set_active
@@ -41,7 +42,7 @@ class LocalCluster(Cluster):
         set_active(self)
 
     @classmethod
-    def from_config(cls, cfg: "ClusterConfig", address: str | None = None) -> "LocalCluster":
+    def from_config(cls, cfg: ClusterConfig, address: str | None = None) -> LocalCluster:
         """The local cluster of a validated ``cluster:`` section (``address`` is ignored)."""
         check_local_config(cfg)
         cluster = cls(accelerators_per_node=cfg.accelerators_per_node)
@@ -49,7 +50,7 @@ class LocalCluster(Cluster):
         check_local_plan(cfg, cfg.plan(cluster.shape))
         return cluster
 
-    def launch(self, group_cls: type, worker_cls: type, placement: "ComponentPlacement", name: str,
+    def launch(self, group_cls: type, worker_cls: type, placement: ComponentPlacement, name: str,
                args: Sequence[Any], kwargs: dict, env: dict | None, max_concurrency: int):
         """Called by ``WorkerGroup.launch``: one :class:`LocalActor` per placed process."""
         from rlinf.scheduler.local.executor import LocalActor
@@ -97,7 +98,7 @@ def _set_process_env() -> None:
                        "MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(_bind_free_port())})
 
 
-def check_local_config(cfg: "ClusterConfig") -> None:
+def check_local_config(cfg: ClusterConfig) -> None:
     """What local mode refuses before anything starts: more than one node."""
     from rlinf.utils.typed_config import ConfigError
 
@@ -106,7 +107,7 @@ def check_local_config(cfg: "ClusterConfig") -> None:
                                                "runs on this machine only: set cluster.num_nodes: 1")
 
 
-def check_local_plan(cfg: "ClusterConfig", plan) -> None:
+def check_local_plan(cfg: ClusterConfig, plan) -> None:
     """Every group must be one process in local mode.
 
     Raises:

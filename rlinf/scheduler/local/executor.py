@@ -30,8 +30,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 #: torch's default seed of a fresh process (``default_rng_seed_val``): each worker starts there
 FRESH_TORCH_SEED = 67280421310721

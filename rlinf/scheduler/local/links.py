@@ -86,7 +86,7 @@ def send(link: LocalLinkEnd, tensors: Any) -> int:
     return sum(nbytes_of(spec) for spec in specs)
 
 
-def recv_stream(link: LocalLinkEnd, own: bool = False) -> "LocalTensorStream":
+def recv_stream(link: LocalLinkEnd, own: bool = False) -> LocalTensorStream:
     """``recv_tensor_stream`` on a local link."""
     if link.rank == 0:
         raise RuntimeError(f"link {link.name!r}: its source (rank 0) cannot receive")

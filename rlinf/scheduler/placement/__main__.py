@@ -14,7 +14,7 @@ import argparse
 import json
 import re
 import sys
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import yaml
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from rlinf.scheduler.placement.grammar import PlacementError, assign_processes, parse_placement
 from rlinf.scheduler.placement.plan import (

@@ -16,8 +16,8 @@ Numbering used throughout:
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 class Mode(str, enum.Enum):

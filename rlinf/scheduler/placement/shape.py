@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from rlinf.scheduler.placement.grammar import PlacementError, parse_rank_list
 from rlinf.scheduler.placement.plan import ClusterShape, NodeGroup

@@ -31,8 +31,8 @@ from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded
 from rlinf.engines.training.fsdp_utils import build_mesh, move_optimizer_state
 from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec
-from rlinf.scheduler import Worker
 from rlinf.objectives.embodied import embodied_ppo_loss
+from rlinf.scheduler import Worker
 
 #: The tensor link the actor's rank 0 sends policy weights on.
 POLICY_LINK = "actor_to_rollout_policy"

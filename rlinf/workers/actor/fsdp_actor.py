@@ -11,10 +11,10 @@ from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.fsdp import FSDPEngine
 from rlinf.engines.training.fsdp_weights import GatheredWeights
-from rlinf.scheduler import Worker
-from rlinf.workers.actor.flops import flops_metrics
 from rlinf.objectives.batching import micro_batches
 from rlinf.objectives.llm import make_loss_fn
+from rlinf.scheduler import Worker
+from rlinf.workers.actor.flops import flops_metrics
 from rlinf.workers.engine_state import load_engine, save_engine
 
 #: The tensor link name the actor's rank 0 sends weights on (rollout ranks receive on it).

@@ -21,10 +21,10 @@ from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.megatron.engine import MegatronEngine
 from rlinf.engines.training.megatron.inputs import gather_replica_batch
-from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
-from rlinf.workers.actor.flops import flops_metrics
 from rlinf.objectives.batching import micro_batches
 from rlinf.objectives.llm import make_loss_fn
+from rlinf.workers.actor.flops import flops_metrics
+from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
 
 
 class MegatronActorWorker(FSDPActorWorker):

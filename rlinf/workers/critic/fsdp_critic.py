@@ -19,8 +19,8 @@ from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.config.reward import CriticConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.fsdp_value import FSDPValueEngine
-from rlinf.scheduler import Worker
 from rlinf.objectives.batching import micro_batches
+from rlinf.scheduler import Worker
 from rlinf.workers.engine_state import load_engine, save_engine
 
 

@@ -155,7 +155,7 @@ class EnvWorker(Worker):
             recorder.save(f"{video_name}_rank{self.rank}")
         return stats
 
-    def _finish(self, run: "_ChunkRun", pipe, tag: str) -> None:
+    def _finish(self, run: _ChunkRun, pipe, tag: str) -> None:
         pipe.send(run.finish(), key=obs_key(tag, self.rank, run.stage))
 
     def offload(self) -> None:

@@ -51,7 +51,7 @@ class EpisodeStats:
         self.lengths += lengths.tolist()
         self.successes += successes.bool().tolist()
 
-    def merge(self, other: "EpisodeStats") -> "EpisodeStats":
+    def merge(self, other: EpisodeStats) -> EpisodeStats:
         return EpisodeStats(self.returns + other.returns, self.lengths + other.lengths,
                             self.successes + other.successes)
 

@@ -19,8 +19,9 @@ import json
 import multiprocessing
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 

@@ -64,7 +64,7 @@ def weights_folder(model_path: str, cfg: ActorConfig, device: torch.device) -> s
             box[0] = str(converted_checkpoint(
                 ck.hf_model_path or model_path, ck.save_path, tp=cfg.model.llm.tensor_model_parallel_size,
                 pp=cfg.model.llm.pipeline_model_parallel_size, name=ck.model))
-        except Exception as exc:  # the other ranks must not wait for a path that never comes
+        except Exception as exc:  # noqa: BLE001 - the other ranks must not wait for a path that never comes
             box[0] = exc
         finally:
             torch.set_num_threads(threads)

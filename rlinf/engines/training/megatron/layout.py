@@ -25,7 +25,8 @@ built with the local layer spec, one per (pipeline stage, tensor rank):
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 

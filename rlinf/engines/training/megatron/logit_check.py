@@ -17,8 +17,9 @@ import datetime
 import importlib
 import tempfile
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 

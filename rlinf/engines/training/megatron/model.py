@@ -17,7 +17,8 @@ Checkpoints written by :mod:`rlinf.engines.training.megatron.convert` load into 
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +27,10 @@ from rlinf.engines.training.megatron.layout import (
     ConversionError,
     config_value,
     family_of,
-    layers_per_stage as default_layers_per_stage,
     model_dims,
+)
+from rlinf.engines.training.megatron.layout import (
+    layers_per_stage as default_layers_per_stage,
 )
 
 __all__ = ["build_gpt_model", "rope_theta", "transformer_config_from_hf"]

@@ -21,7 +21,7 @@ Example (on the CPU the "device" is the CPU too; the mechanism is the same):
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

@@ -26,9 +26,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Mapping
 
 import torch
 from torch import nn

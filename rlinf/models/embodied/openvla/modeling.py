@@ -29,12 +29,12 @@ Load with :func:`rlinf.models.embodied.openvla.loading.load_openvla`; write back
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from rlinf.models.embodied.base import EmbodiedPolicy, PolicyOutput, check_value_type, preprocess_images, to_tensor
 from rlinf.models.embodied.openvla.action_tokens import (
@@ -43,7 +43,7 @@ from rlinf.models.embodied.openvla.action_tokens import (
     select_stats,
     unnormalize_actions,
 )
-from rlinf.models.embodied.openvla.modules import ProprioProjector, Projector, ValueHead, VisionBackbone
+from rlinf.models.embodied.openvla.modules import Projector, ProprioProjector, ValueHead, VisionBackbone
 from rlinf.models.embodied.openvla.prompt import SpecialIds, batch_prompt_ids
 from rlinf.models.embodied.openvla.vision import TowerSpec
 

@@ -111,7 +111,8 @@ def _tower_shapes(kind: str, width: int, depth: int, mlp: int, patches: int, pat
 def _random(shapes: dict[str, tuple], gen: torch.Generator) -> dict[str, torch.Tensor]:
     out = {}
     for name, shape in shapes.items():
-        if name.endswith(("norm1.weight", "norm2.weight", "norm.weight")) or ".norm." in name and name.endswith("weight"):
+        if (name.endswith(("norm1.weight", "norm2.weight", "norm.weight"))
+                or ".norm." in name and name.endswith("weight")):
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
         elif "scale_factor" in name:
             t = 0.5 + 0.1 * torch.randn(shape, generator=gen)
@@ -232,8 +233,8 @@ def write_tiny_openvla(out_dir: str | Path, seed: int = 0, image_size: int = 32,
         torch.save({f"module.{k}": v.to(torch.bfloat16) for k, v in p.items()},
                    out / "proprio_projector--100_checkpoint.pt")
     if action_head:
-        h = _random({"model.fc1.weight": (llm_width, llm_width * action_dim), "model.fc2.weight": (action_dim, llm_width)},
-                    gen)
+        h = _random({"model.fc1.weight": (llm_width, llm_width * action_dim),
+                     "model.fc2.weight": (action_dim, llm_width)}, gen)
         torch.save({f"module.{k}": v.to(torch.bfloat16) for k, v in h.items()}, out / "action_head--100_checkpoint.pt")
     return out
 
