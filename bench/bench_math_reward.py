@@ -103,7 +103,7 @@ def main() -> None:
     paths.update({name: v.score for name, v in verifiers.items()})
     best: dict[str, float] = {}
     seed = 1000
-    for name, fn in paths.items():  # warm-up: imports, child start-up
+    for _name, fn in paths.items():  # warm-up: imports, child start-up
         fn(*make_batch(seed, 64))
         seed += 1
     for run in range(runs):

@@ -56,7 +56,8 @@ def floor_ms(num_nodes: int, per_node: int, processes: int) -> float:
 
 
 def main() -> None:
-    print("| cluster | accelerators | components | processes | plan median ms | floor ms | plan/floor | goal < 100 ms |")
+    print("| cluster | accelerators | components | processes | plan median ms | floor ms | plan/floor "
+          "| goal < 100 ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for nodes in (1, 8, 32, 128):
         cluster = ClusterShape(num_nodes=nodes, accelerators_per_node=8)

@@ -8,8 +8,8 @@ Run: ``python bench/bench_pushcube_vs_single_file.py [--minutes 15] [--target 0.
 The two run back to back in this one invocation (``--order``, default the single file first),
 each as its own process on the otherwise idle machine, each until ``--extra-evals`` evals after its
 first eval at or above ``--target`` (with ``--keep K``: after the first such eval whose next
-``--extra-evals`` evals are all >= K), or ``--minutes`` of wall time, whichever comes first. Clocks start when the process
-is launched (imports, Ray start-up and simulator start-up count). Both evaluate every 10
+``--extra-evals`` evals are all >= K), or ``--minutes`` of wall time, whichever comes first. Clocks start
+when the process is launched (imports, Ray start-up and simulator start-up count). Both evaluate every 10
 iterations of 400 samples (8 envs x 50 steps) on 32 deterministic episodes with fixed seeds.
 
 Reported per side: env steps/s end to end (train env steps at the stop / wall seconds from launch

@@ -102,14 +102,16 @@ def main(argv=None) -> None:
         result = run_arm(arm, args)
         result["load_before"] = load
         results.append(result)
-    print("| arm | iterations | minutes | held-out success: start -> end (evaluations) | train success first -> last | load before |")
+    print("| arm | iterations | minutes | held-out success: start -> end (evaluations) "
+          "| train success first -> last | load before |")
     print("|---|---:|---:|---|---|---:|")
     for r in results:
         tests = r["tests"]
         start, end = (tests[0][1], tests[-1][1]) if tests else (float("nan"), float("nan"))
         path = ", ".join(f"{s}:{100 * v:.0f}%" for s, v in tests)
         print(f"| {r['arm']} | {r['iterations']} | {r['minutes']:.1f} | {100 * start:.1f}% -> {100 * end:.1f}% "
-              f"({end - start:+.3f}; {path}) | {100 * (r['train_first'] or 0):.0f}% -> {100 * (r['train_last'] or 0):.0f}% "
+              f"({end - start:+.3f}; {path}) | {100 * (r['train_first'] or 0):.0f}% "
+              f"-> {100 * (r['train_last'] or 0):.0f}% "
               f"| {r['load_before']:.1f} |")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "summary.json"), "w") as f:

@@ -269,7 +269,8 @@ def main() -> None:
           f"sync; load average at the end "
           f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
     print()
-    print(f"reference: plain state-dict copy (each distinct tensor copy_'d once) {copy_s:.3f} s ({model_bytes / copy_s / 1e9:.2f} GB/s); "
+    print(f"reference: plain state-dict copy (each distinct tensor copy_'d once) {copy_s:.3f} s "
+          f"({model_bytes / copy_s / 1e9:.2f} GB/s); "
           f"memcpy {memcpy_gbps:.2f} GB/s ({COPY_MIB} MiB copy_); process-group (gloo broadcast, "
           f"{COPY_MIB} MiB) {pg_gbps:.2f} GB/s")
     print()
@@ -280,7 +281,8 @@ def main() -> None:
         bw = memcpy_gbps if r["path"] == "one-host" else pg_gbps
         ideal = r["bytes"] / bw / 1e9
         r["ratio_copy"], r["ratio_bw"] = r["seconds"] / copy_s, r["seconds"] / ideal
-        print(f"| {r['receiver']} | {r['placement']} | {r['path']} ({r['how']}) | {r['seconds']:.3f} | {r['bytes'] / 1e9:.3f} | "
+        print(f"| {r['receiver']} | {r['placement']} | {r['path']} ({r['how']}) | {r['seconds']:.3f} "
+              f"| {r['bytes'] / 1e9:.3f} | "
               f"{r['ratio_copy']:.2f} | {ideal:.3f} | {r['ratio_bw']:.2f} | {r['extra_actor'] / 1e9:.3f} | "
               f"{r['extra_rollout'] / 1e9:.3f} |")
     print()

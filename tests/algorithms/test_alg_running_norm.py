@@ -26,7 +26,8 @@ def test_the_tiny_prior_count_barely_moves_the_first_batch():
 
 
 def test_normalize_centres_scales_and_clips():
-    rm = RunningMoments(torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([4.0, 1.0], dtype=torch.float64), 10.0)
+    rm = RunningMoments(torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([4.0, 1.0], dtype=torch.float64),
+                        10.0)
     out = rm.normalize(torch.tensor([[5.0, 30.0]]), clip=10.0, eps=0.0)
     assert out.tolist() == [[2.0, 10.0]]  # (5 - 1) / 2; 30 clipped
     assert out.dtype == torch.float32

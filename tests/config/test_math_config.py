@@ -47,12 +47,14 @@ def with_change(path: str, value):
     ("algorithm.group_size", 1, "algorithm.group_size: grpo needs group_size > 1"),
     ("algorithm.sampling_params.top_p", 0, "algorithm.sampling_params.top_p: must be in (0, 1]"),
     ("algorithm.sampling_params.max_new_tokens", 4000,
-     "algorithm.sampling_params.max_new_tokens: data.max_prompt_length (1024) + max_new_tokens (4000) exceeds runner.seq_length (2048)"),
+     "algorithm.sampling_params.max_new_tokens: data.max_prompt_length (1024) + max_new_tokens (4000) "
+     "exceeds runner.seq_length (2048)"),
     ("algorithm.adv_type", "gae", "critic.use_critic_model: adv_type gae needs a value model: set it to true"),
     ("algorithm.n_minibatches", 3,
      "algorithm.n_minibatches: each actor rank gets 16 samples per step, not divisible into 3 minibatches"),
     ("data.rollout_batch_size", 3,
-     "data.rollout_batch_size: rollout_batch_size * algorithm.group_size = 6 is not divisible by the actor's data-parallel size 8"),
+     "data.rollout_batch_size: rollout_batch_size * algorithm.group_size = 6 is not divisible by the actor's "
+     "data-parallel size 8"),
     ("actor.fsdp_config.sharding_strategy", "zero3", "actor.fsdp_config.sharding_strategy: 'zero3' is not allowed"),
     ("actor.optim.lr", "fast", "actor.optim.lr: expected a number"),
     ("reward.use_reward_model", True, "reward.model.model_path: use_reward_model needs the reward model's HF folder"),

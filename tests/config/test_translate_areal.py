@@ -106,7 +106,8 @@ def test_seed002_tables_megatron_colocated(files, tmp_path, capsys):
     assert actor["optim"]["bf16"] is True and actor["optim"]["min_lr"] == pytest.approx(2e-7)
     assert actor["lr_sched"] == {"lr_decay_style": "cosine", "lr_warmup_fraction": 0.02}
     alg = cfg["algorithm"]
-    assert (alg["clip_ratio_high"], alg["clip_ratio_c"], alg["kl_beta"], alg["kl_penalty_type"]) == (0.28, 3.0, 0.001, "k3")
+    assert (alg["clip_ratio_high"], alg["clip_ratio_c"], alg["kl_beta"], alg["kl_penalty_type"]) == (0.28, 3.0, 0.001,
+                                                                                                     "k3")
     assert alg["normalize_advantages"] is True and alg["sampling_params"]["stop_token_ids"] == [151645]
     runner = cfg["runner"]
     assert (runner["save_interval"], runner["val_check_interval"], runner["max_steps"]) == (50, 25, 400)
@@ -143,9 +144,11 @@ def test_check_refuses_a_translation_our_config_refuses(files, tmp_path, capsys)
 
 
 def test_per_engine_backend_strings(files):
-    t = translate_areal({"experiment_name": "x", "trial_name": "y", "actor": {"path": files["MODEL"], "backend": "fsdp:d4"},
+    t = translate_areal({"experiment_name": "x", "trial_name": "y",
+                         "actor": {"path": files["MODEL"], "backend": "fsdp:d4"},
                          "rollout": {"backend": "sglang:d2t2"},
-                         "ref": {"backend": "fsdp:d4", "scheduling_strategy": {"type": "colocation", "target": "actor"}}})
+                         "ref": {"backend": "fsdp:d4",
+                                 "scheduling_strategy": {"type": "colocation", "target": "actor"}}})
     assert t.out["cluster"]["component_placement"] == {"actor": "4-7", "rollout,reward": "0-3:0-1"}
     assert t.out["rollout"]["tensor_parallel_size"] == 2
 

@@ -150,5 +150,6 @@ def test_an_rlinf_config_given_as_roll_is_refused(capsys):
     path = "examples/math/config/grpo_tiny_cpu.yaml"
     code, out, err = run(capsys, "--from", "roll", path)
     assert code == 2 and out == ""
-    assert err.strip() == f"error: {path}: this is an rlinf config (it has runner / cluster.component_placement), not a ROLL one"
+    assert err.strip() == (f"error: {path}: this is an rlinf config (it has runner / cluster.component_placement), "
+                           "not a ROLL one")
     assert DATA.is_dir()

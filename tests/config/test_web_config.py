@@ -68,7 +68,8 @@ def test_children_override_parents_as_the_seed_shows():
     assert test.env_config.server_size == 64 and test.env_config.operation_timeout == 120
     # split and pools per file
     assert (train.env_config.split, test.env_config.split) == ("train", "test")
-    assert train.env_config.http_pools.as_dict() == {op: (4 if op in ("allocate", "release") else 128) for op in OPERATIONS}
+    assert train.env_config.http_pools.as_dict() == {op: (4 if op in ("allocate", "release") else 128)
+                                                     for op in OPERATIONS}
     assert test.env_config.http_pools.as_dict() == {"metadata": 32, "navigate": 32, "allocate": 4, "release": 4,
                                                     "screenshot": 128, "ac_tree": 64, "page_metadata": 64,
                                                     "execute": 64}
@@ -80,7 +81,8 @@ def test_children_override_parents_as_the_seed_shows():
     assert tiny.env_config.split == "train" and tiny.env_config.max_steps("train", "easy") == 4
     assert tiny.algorithm_config.positive_samples_to_train == 1800  # from update_online.yaml
     assert (tiny.algorithm_config.method, tiny.algorithm_config.group_size) == ("grpo", 4)
-    assert tiny.policy_config.base_model == "results/tiny_web/warm" and tiny.save_path == "results/web_agent/web-tiny-cpu"
+    assert (tiny.policy_config.base_model == "results/tiny_web/warm"
+            and tiny.save_path == "results/web_agent/web-tiny-cpu")
 
 
 def test_components_decide_what_runs():
@@ -106,7 +108,8 @@ def test_seed_defaults_and_openai_overrides():
     assert tuple(f for f in HttpPools.__dataclass_fields__) == OPERATIONS
     cfg = parse(composed("default"))
     algo = parse(composed("update_online")).algorithm_config
-    assert (algo.learning_rate, algo.deepspeed_config_filename, algo.report_to) == (1e-6, "ds_config_b200_zero1.json", "wandb")
+    assert (algo.learning_rate, algo.deepspeed_config_filename, algo.report_to) == (1e-6, "ds_config_b200_zero1.json",
+                                                                                    "wandb")
     kp = cfg.openai_config.endpoint("keypoint_detection")
     assert (kp.model, kp.openai_api_key_env_var) == ("gemini-2.5-flash-lite", "GEMINI_API_KEY")
     assert kp.base_url == "https://generativelanguage.googleapis.com/v1beta/openai/"
@@ -132,7 +135,8 @@ BAD = [
     ({"env_config.instance_lifetime_max": 0}, "env_config.instance_lifetime_max: must be > 0"),
     ({"env_config.wait_timeout": "long"}, "env_config.wait_timeout: expected a number"),
     ({"env_config.train_tasks_sampler": "random"}, "env_config.train_tasks_sampler: 'random' is not allowed"),
-    ({"env_config.train_tasks_sampler": "uniform"}, "env_config.train_tasks_ratio: is read by train_tasks_sampler: ratio only"),
+    ({"env_config.train_tasks_sampler": "uniform"},
+     "env_config.train_tasks_ratio: is read by train_tasks_sampler: ratio only"),
     ({"env_config.train_tasks_ratio": None}, "env_config.train_tasks_ratio: missing: train_tasks_sampler ratio needs"),
     ({"env_config.train_tasks_ratio.hard": 0.5}, "env_config.train_tasks_ratio: the fractions must sum to 1, got 1.5"),
     ({"env_config.train_difficulty_max_steps.xhard": 5}, "env_config.train_difficulty_max_steps.xhard: unknown key"),
@@ -142,28 +146,39 @@ BAD = [
     ({"env_config.save_every_percent": 0}, "env_config.save_every_percent: must be in 1..100"),
     ({"env_config.split": "val"}, "env_config.split: 'val' is not allowed"),
     ({"env_config.split": "test"}, "env_config.split: the online loop (actor placed) trains on train rollouts"),
-    ({"env_config.train_tasks_rollout_size": 0}, "env_config.train_tasks_rollout_size: must be -1 (every task) or >= 1"),
+    ({"env_config.train_tasks_rollout_size": 0},
+     "env_config.train_tasks_rollout_size: must be -1 (every task) or >= 1"),
     ({"env_config.test_tasks_rollout_size": -2}, "env_config.test_tasks_rollout_size: must be -1"),
-    ({"env_config.test_tasks_repeat_times": 0}, "env_config.test_tasks_repeat_times: 0 with test_tasks_rollout_size -1"),
+    ({"env_config.test_tasks_repeat_times": 0},
+     "env_config.test_tasks_repeat_times: 0 with test_tasks_rollout_size -1"),
     ({"env_config.test_tasks_rollout_size": 0}, "env_config.test_tasks_repeat_times: 4 has no effect"),
     ({"env_config.test_tasks_rollout_size": 0, "env_config.test_tasks_repeat_times": 0},
      "runner.test_interval: 2 has no effect: env_config.test_tasks_rollout_size is 0"),
-    ({"env_config.vllm_server_url": "http://127.0.0.1:8999"}, "env_config.vllm_server_url: 'http://127.0.0.1:8999', but rollout is placed"),
-    ({"env_config.vllm_server_url": "localhost:8999"}, "env_config.vllm_server_url: expected null or an http(s):// URL"),
-    ({"env_config.rank_load_weight": [1.0, 2.0]}, "env_config.rank_load_weight: gives 2 weights for 1 env worker ranks"),
+    ({"env_config.vllm_server_url": "http://127.0.0.1:8999"},
+     "env_config.vllm_server_url: 'http://127.0.0.1:8999', but rollout is placed"),
+    ({"env_config.vllm_server_url": "localhost:8999"},
+     "env_config.vllm_server_url: expected null or an http(s):// URL"),
+    ({"env_config.rank_load_weight": [1.0, 2.0]},
+     "env_config.rank_load_weight: gives 2 weights for 1 env worker ranks"),
     ({"env_config.rank_load_weight": [0.0]}, "env_config.rank_load_weight[0]: must be > 0"),
     ({"env_config.browser.viewport": [1280]}, "env_config.browser.viewport: expected [width, height]"),
     ({"env_config.blocked_domains": [""]}, "env_config.blocked_domains[0]: expected a domain name"),
     ({"env_config.server_size": 1, "cluster.component_placement.env": "0:0-1"},
      "env_config.server_size: 1 browser instances cannot be split over 2 env worker ranks"),
-    ({"algorithm_config.method": "filtered_sft"}, "algorithm_config.group_size: 4 has no effect with method filtered_sft"),
-    ({"algorithm_config.group_size": 1}, "algorithm_config.group_size: grpo compares episodes of the same task: needs >= 2"),
-    ({"algorithm_config.method": "ppo"}, "algorithm_config.method: 'ppo' is not allowed; expected one of 'filtered_sft', 'grpo'"),
+    ({"algorithm_config.method": "filtered_sft"},
+     "algorithm_config.group_size: 4 has no effect with method filtered_sft"),
+    ({"algorithm_config.group_size": 1},
+     "algorithm_config.group_size: grpo compares episodes of the same task: needs >= 2"),
+    ({"algorithm_config.method": "ppo"},
+     "algorithm_config.method: 'ppo' is not allowed; expected one of 'filtered_sft', 'grpo'"),
     ({"algorithm_config.method": "filtered_sft", "algorithm_config.group_size": 1, "algorithm_config.clip_ratio": 0.3},
      "algorithm_config.clip_ratio: 0.3 has no effect with method filtered_sft"),
-    ({"algorithm_config.positive_samples_to_train": 100}, "algorithm_config.positive_samples_to_train: 100 has no effect with method grpo"),
-    ({"algorithm_config.warmup_steps": 30}, "algorithm_config.warmup_steps: 30 has no effect with lr_scheduler_type constant"),
-    ({"algorithm_config.lr_scheduler_type": "exponential"}, "algorithm_config.lr_scheduler_type: 'exponential' is not allowed"),
+    ({"algorithm_config.positive_samples_to_train": 100},
+     "algorithm_config.positive_samples_to_train: 100 has no effect with method grpo"),
+    ({"algorithm_config.warmup_steps": 30},
+     "algorithm_config.warmup_steps: 30 has no effect with lr_scheduler_type constant"),
+    ({"algorithm_config.lr_scheduler_type": "exponential"},
+     "algorithm_config.lr_scheduler_type: 'exponential' is not allowed"),
     ({"algorithm_config.val_split_ratio": 1.0}, "algorithm_config.val_split_ratio: must be in [0, 1)"),
     ({"algorithm_config.training_backend": "megatron"}, "algorithm_config.training_backend: 'megatron' is not allowed"),
     ({"algorithm_config.report_to": "mlflow"}, "algorithm_config.report_to: 'mlflow' is not allowed"),
@@ -172,7 +187,8 @@ BAD = [
     ({"policy_config.top_k": 0}, "policy_config.top_k: must be -1 (no limit) or >= 1"),
     ({"policy_config.min_p": 1.0}, "policy_config.min_p: must be in [0, 1)"),
     ({"policy_config.max_new_tokens": 0}, "policy_config.max_new_tokens: must be >= 1"),
-    ({"policy_config.max_new_tokens": 4096}, "policy_config.max_new_tokens: 4096 leaves no room for the prompt in algorithm_config.cutoff_len 2048"),
+    ({"policy_config.max_new_tokens": 4096},
+     "policy_config.max_new_tokens: 4096 leaves no room for the prompt in algorithm_config.cutoff_len 2048"),
     ({"policy_config.rollout_backend": "sglang"}, "policy_config.rollout_backend: 'sglang' is not allowed"),
     ({"model_config.model_type": "llama"}, "model_config.model_type: 'llama' is not allowed"),
     ({"context_config.interaction_mode": "pixels"}, "context_config.interaction_mode: 'pixels' is not allowed"),
@@ -182,7 +198,8 @@ BAD = [
      "openai_config.keypoint_detection.base_url: evaluator llm needs an endpoint"),
     ({"openai_config.evaluation.url": "x"}, "openai_config.evaluation.url: unknown key"),
     ({"cluster.component_placement.reward": 0}, "cluster.component_placement.reward: unknown component"),
-    ({"cluster.component_placement": {"rollout": 0, "actor": 0}}, "cluster.component_placement: missing component 'env'"),
+    ({"cluster.component_placement": {"rollout": 0, "actor": 0}},
+     "cluster.component_placement: missing component 'env'"),
     ({"runner.iterations": 0}, "runner.iterations: must be >= 1"),
     ({"runner.resume": "always"}, "runner.resume: 'always' is not allowed"),
     ({"runner.max_minutes": 0}, "runner.max_minutes: must be > 0 or null"),
@@ -201,14 +218,16 @@ def test_rollout_only_placements():
     base = "rollout_train"
     with pytest.raises(ConfigError, match=r"^cluster\.component_placement: missing component 'rollout': place it"):
         parse(changed({"cluster.component_placement": {"env": 0}}, base))
-    with pytest.raises(ConfigError, match=r"^cluster\.component_placement: missing component 'rollout': the online loop"):
+    with pytest.raises(ConfigError,
+                       match=r"^cluster\.component_placement: missing component 'rollout': the online loop"):
         parse(changed({"cluster.component_placement": {"env": 0, "actor": 0},
                        "env_config.vllm_server_url": "http://h:1"}, "update_online"))
     with pytest.raises(ConfigError, match=r"^policy_config\.rollout_backend: 'vllm' has no effect"):
         parse(changed({"cluster.component_placement": {"env": 0}, "env_config.vllm_server_url": "http://h:1",
                        "policy_config.rollout_backend": "vllm"}, base))
     with pytest.raises(ConfigError, match=r"^env_config\.test_tasks_rollout_size: 0 with split test"):
-        parse(changed({"env_config.test_tasks_rollout_size": 0, "env_config.test_tasks_repeat_times": 0}, "rollout_test"))
+        parse(changed({"env_config.test_tasks_rollout_size": 0, "env_config.test_tasks_repeat_times": 0},
+                      "rollout_test"))
     with pytest.raises(ConfigError, match=r"^runner\.test_interval: 2 has no effect: a rollout-only run of split test"):
         parse(changed({"runner.test_interval": 2}, "rollout_test"))
 
@@ -250,7 +269,8 @@ def test_paths_checked_when_asked(files, tmp_path):
         parse(changed({**files, "policy_config.base_model": None}), check_paths=True)
     with pytest.raises(ConfigError, match=r"^policy_config\.checkpoint_path: '.*nowhere' is not an HF model folder"):
         parse(changed({**files, "policy_config.checkpoint_path": str(tmp_path / "nowhere")}), check_paths=True)
-    with pytest.raises(ConfigError, match=r"^env_config\.browser\.executable_path: '/no/chromium' is not an executable"):
+    with pytest.raises(ConfigError,
+                       match=r"^env_config\.browser\.executable_path: '/no/chromium' is not an executable"):
         parse(changed({**files, "env_config.browser.executable_path": "/no/chromium"}), check_paths=True)
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigError, match=r"^save_path: '.*file' is a file"):
@@ -261,18 +281,21 @@ def test_shipped_deepspeed_files():
     for gpu in ("h100", "b200"):
         for stage in (1, 2, 3):
             s = load_deepspeed_config(DEEPSPEED_DIR / f"ds_config_{gpu}_zero{stage}.json")
-            assert (s.stage, s.bf16, s.fp16, s.overlap_comm, s.activation_checkpointing) == (stage, True, False, True, True)
+            assert (s.stage, s.bf16, s.fp16, s.overlap_comm, s.activation_checkpointing) == (stage, True, False, True,
+                                                                                             True)
             offload = "cpu" if (gpu, stage) == ("h100", 3) else None
             assert (s.offload_param, s.offload_optimizer) == (offload, offload)
             assert s.micro_batch_size is None and s.gradient_accumulation_steps is None  # "auto"
 
 
 @pytest.mark.parametrize("content, message", [
-    ('{"zero_optimization": {"stage": 1,}}', "not valid JSON: Expecting property name enclosed in double quotes at line 1"),
+    ('{"zero_optimization": {"stage": 1,}}',
+     "not valid JSON: Expecting property name enclosed in double quotes at line 1"),
     ("[1, 2]", "expected a JSON object, got list"),
     ('{"zero_optimization": {"stage": 4}}', "zero_optimization.stage must be 0, 1, 2 or 3, got 4"),
     ('{"zero_optimization": {"stage": "1"}}', "zero_optimization.stage must be 0, 1, 2 or 3, got '1'"),
-    ('{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}', "zero_optimization.offload_param needs stage 3"),
+    ('{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}',
+     "zero_optimization.offload_param needs stage 3"),
     ('{"bf16": {"enabled": true}, "fp16": {"enabled": true}}', "bf16.enabled and fp16.enabled are both true"),
     ('{"bf16": {"enabled": "yes"}}', 'bf16.enabled must be true, false or "auto"'),
     ('{"zero_optimization": 3}', "zero_optimization must be a JSON object, got 3"),
@@ -293,16 +316,19 @@ def test_deepspeed_batch_counts_and_package(files, tmp_path):
     path.write_text('{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}')
     raw = changed({**files, "algorithm_config.training_backend": "deepspeed",
                    "algorithm_config.deepspeed_config_filename": str(path)})
-    with pytest.raises(ConfigError, match=r"^algorithm_config\.per_device_train_batch_size: 8 disagrees with .*ds\.json \(2\)"):
+    with pytest.raises(ConfigError,
+                       match=r"^algorithm_config\.per_device_train_batch_size: 8 disagrees with .*ds\.json \(2\)"):
         parse(raw, check_paths=True)
-    with pytest.raises(ConfigError, match=r"^algorithm_config\.deepspeed_config_filename: .*missing\.json: no such file"):
+    with pytest.raises(ConfigError,
+                       match=r"^algorithm_config\.deepspeed_config_filename: .*missing\.json: no such file"):
         parse({**raw, "algorithm_config": {**raw["algorithm_config"], "deepspeed_config_filename": "missing.json"}},
               check_paths=True)
     raw["algorithm_config"]["deepspeed_config_filename"] = "ds_config_h100_zero3.json"
     cfg = parse(raw)
     assert cfg.deepspeed_settings().offload_param == "cpu"
     if importlib.util.find_spec("deepspeed") is None:
-        with pytest.raises(ConfigError, match=r"^algorithm_config\.training_backend: 'deepspeed' needs the deepspeed package"):
+        with pytest.raises(ConfigError,
+                           match=r"^algorithm_config\.training_backend: 'deepspeed' needs the deepspeed package"):
             parse(raw, check_paths=True)
     else:
         parse(raw, check_paths=True)
@@ -318,8 +344,8 @@ def test_check_tasks():
     tiny.check_tasks([shop, wiki], "train")
     off = parse(changed({"env_config.site_server.enabled": False}))
     off.check_tasks([wiki], "test")
-    with pytest.raises(ConfigError, match=r"^env_config\.site_server\.enabled: false, but task 'a' of .*train(_shop_category)?\.jsonl "
-                                          r"has the relative start_url '/shop/'"):
+    with pytest.raises(ConfigError, match=r"^env_config\.site_server\.enabled: false, but task 'a' of "
+                                          r".*train(_shop_category)?\.jsonl has the relative start_url '/shop/'"):
         off.check_tasks([wiki, shop], "train")
     blocked = parse(changed({"env_config.blocked_domains": ["shop", "wiki"]}))
     with pytest.raises(ConfigError, match=r"^env_config\.blocked_domains: \['shop', 'wiki'\] leaves none of the 2"):

@@ -106,8 +106,11 @@ def run_worker(rank: int, world: int, port: int, model_dir: str, out_dir: str) -
     try:
         batch, mine = make_batch(), make_batch().select(RANK_SAMPLES[rank])
         res: dict = {}
-        new = lambda cfg: FSDPEngine(model_dir, cfg, temperature=TEMPERATURE, device=torch.device("cpu"),
-                                     total_steps=TOTAL_STEPS)
+
+        def new(cfg):
+            return FSDPEngine(model_dir, cfg, temperature=TEMPERATURE, device=torch.device("cpu"),
+                              total_steps=TOTAL_STEPS)
+
         ckpt = os.path.join(out_dir, "ckpt_step1")
 
         # (1)-(4) full_shard fp32: logprobs, 3 steps with a checkpoint after step 1, export.

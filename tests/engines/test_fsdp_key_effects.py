@@ -12,8 +12,15 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fsdp_engine_helpers import (  # noqa: E402
-    TEMPERATURE, TOTAL_STEPS, loss_fn, make_batch, make_cfg, make_model_dir, run_in_world_of_one)
+from fsdp_engine_helpers import (
+    TEMPERATURE,
+    TOTAL_STEPS,
+    loss_fn,
+    make_batch,
+    make_cfg,
+    make_model_dir,
+    run_in_world_of_one,
+)
 
 
 def _scenarios(model_dir: str, out: str) -> dict:
@@ -56,10 +63,10 @@ def res(tmp_path_factory):
 
 
 def test_valid_token_scale_weighs_micro_batches_by_tokens_or_equally(res):
-    losses = [l for l, _ in res["per_mb"]]
+    losses = [loss for loss, _ in res["per_mb"]]
     tokens = [n for _, n in res["per_mb"]]
     assert len(set(tokens)) > 1  # the micro-batches differ in size, so the two rules differ
-    weighted = sum(l * n for l, n in zip(losses, tokens)) / sum(tokens)
+    weighted = sum(loss * n for loss, n in zip(losses, tokens)) / sum(tokens)
     equal = sum(losses) / len(losses)
     assert res["weighted"] == pytest.approx(weighted, rel=1e-5)
     assert res["equal"] == pytest.approx(equal, rel=1e-5)

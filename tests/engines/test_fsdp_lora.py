@@ -12,8 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fsdp_engine_helpers import (  # noqa: E402
-    TEMPERATURE, TOTAL_STEPS, loss_fn, make_batch, make_cfg, run_in_world_of_one)
+from fsdp_engine_helpers import TEMPERATURE, TOTAL_STEPS, loss_fn, make_batch, make_cfg, run_in_world_of_one
 
 
 def _lora_cfg(**model):
@@ -67,7 +66,8 @@ def test_merged_weights_start_at_the_base_and_move(res):
 
     base = load_file(os.path.join(res["model_dir"], "model.safetensors"))
     m0, m2 = res["merged0"], res["merged2"]
-    assert set(m0) >= {k for k in base if k != "lm_head.weight"} and not any(".lora_" in k or "base_layer" in k for k in m0)
+    assert (set(m0) >= {k for k in base if k != "lm_head.weight"}
+            and not any(".lora_" in k or "base_layer" in k for k in m0))
     assert all(torch.equal(m0[k], base[k]) for k in base if k in m0)  # B = 0 at the start
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(m2[q], m0[q])  # the merged update reached the base names

@@ -139,7 +139,7 @@ def test_shards_own_their_storage():
     config = tiny_config("llama", layers=2)
     shards = layout.hf_to_megatron_shards(random_state(config), config, tp=2, pp=1)
     for state_dict in shards.values():
-        for name, tensor in state_dict.items():
+        for _name, tensor in state_dict.items():
             if tensor is not None:
                 assert tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
 

@@ -13,10 +13,10 @@ top-k, top-p, repetition penalty and min_tokens active.
 from __future__ import annotations
 
 import importlib.util
-import platform
-import shutil
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 
@@ -150,8 +150,8 @@ def setup(tmp_path_factory):
                           env=env, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     res = json.loads((root / "out.json").read_text())
-    print("vLLM timings: init %.1fs, first generate %.1fs, sampled generate %.1fs, reload %.3fs"
-          % (res["init_s"], res["first_generate_s"], res["generate_s"], res["reload_s"]))
+    print(f"vLLM timings: init {res['init_s']:.1f}s, first generate {res['first_generate_s']:.1f}s, "
+          f"sampled generate {res['generate_s']:.1f}s, reload {res['reload_s']:.3f}s")
     return {"model": model, "perturbed": perturbed, "hf": hf, "prompts": prompts, "eos": eos,
             "k": k, "res": res}
 

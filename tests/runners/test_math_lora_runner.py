@@ -12,8 +12,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
-from test_math_runner_features import base_config, with_dirs  # noqa: E402
+from test_generation_worker import tiny_model_with_tokenizer
+from test_math_runner_features import base_config, with_dirs
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
@@ -31,10 +31,12 @@ def test_grpo_with_a_lora_actor(ray_cluster, tmp_path):
                                                  "lora_alpha": 16}, "optim": {"lr": 5e-2}}), tmp_path / "a")
     assert run_math(cfg, print_fn=lambda *_: None)["steps"] == 2
     run = tmp_path / "a" / "t"
-    adapter = load_file(str(run / "checkpoints" / "global_step_2" / "actor" / "lora_adapter" / "adapter_model.safetensors"))
+    adapter = load_file(str(run / "checkpoints" / "global_step_2" / "actor" / "lora_adapter"
+                            / "adapter_model.safetensors"))
     assert adapter and all(k.startswith("base_model.model.") and ".lora_" in k for k in adapter)
     assert any(".lora_B." in k and v.abs().sum() > 0 for k, v in adapter.items())  # B left zero: trained
-    base, merged = load_file(str(Path(model) / "model.safetensors")), load_file(str(run / "huggingface" / "model.safetensors"))
+    base, merged = (load_file(str(Path(model) / "model.safetensors")),
+                    load_file(str(run / "huggingface" / "model.safetensors")))
     assert set(merged) - {"lm_head.weight"} == set(base)  # the export also writes the tied head
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(merged[q], base[q])

@@ -12,8 +12,8 @@ from rlinf.utils.metric_logger import read_metrics
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "workers"))
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
-from test_math_runner_features import base_config, with_dirs  # noqa: E402
+from test_generation_worker import tiny_model_with_tokenizer
+from test_math_runner_features import base_config, with_dirs
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
@@ -26,7 +26,8 @@ def test_ppo_collocated_warms_up_the_critic_and_the_value_loss_falls(ray_cluster
     from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
-    cfg = base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2, runner={"max_steps": 8, "max_epochs": 2}, **PPO)
+    cfg = base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2, runner={"max_steps": 8, "max_epochs": 2},
+                      **PPO)
     summary = run_math(with_dirs(cfg, tmp_path / "a"), print_fn=lambda *_: None)
     assert summary["steps"] == 8
     rows = {int(m["step"]): m for m in read_metrics(str(tmp_path / "a" / "t" / "metrics.jsonl"))}

@@ -12,7 +12,7 @@ import pytest
 import ray.cloudpickle
 import torch
 
-from rlinf.scheduler import Channel, ChannelTimeout, Worker, WorkerGroup, plan_placement
+from rlinf.scheduler import Channel, ChannelTimeout, Worker, WorkerDiedError, WorkerGroup, plan_placement
 from rlinf.scheduler.channel import PayloadLostError
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -163,7 +163,7 @@ def test_dead_consumer_does_not_wedge_the_channel(ray_cluster, groups):
     blocked = doomed.get_one(channel, "k", 60)
     time.sleep(0.5)
     os.kill(pid, 9)
-    with pytest.raises(Exception):
+    with pytest.raises(WorkerDiedError):
         blocked.wait(timeout=30)
     time.sleep(1.5)  # longer than one server-side wait slice (GET_SLICE_S)
     for i in range(3):

@@ -32,8 +32,8 @@ def test_a_recorded_ray_start_cluster_is_not_joined():
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         live = f"127.0.0.1:{listener.getsockname()[1]}"
-        code = ("import ray._private.utils as u; u.read_ray_address = lambda *a, **k: %r\n"
-                "from rlinf.scheduler.cluster import ray_target; print(ray_target(None))" % live)
+        code = (f"import ray._private.utils as u; u.read_ray_address = lambda *a, **k: {live!r}\n"
+                "from rlinf.scheduler.cluster import ray_target; print(ray_target(None))")
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                              timeout=120, cwd=str(Path(__file__).resolve().parents[2]))

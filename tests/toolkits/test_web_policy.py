@@ -157,7 +157,9 @@ def test_demo_prompts_are_the_episode_rendering(demos, settings):
                                  mode=settings.mode, site_base=site_base,
                                  max_observation_chars=settings.max_observation_chars)
         if row["after_noise"]:  # the random action is in the history but not in the rows
-            keep = lambda text: [line for line in text.splitlines() if not line.startswith("Previous actions:")]
+            def keep(text):
+                return [line for line in text.splitlines() if not line.startswith("Previous actions:")]
+
             assert keep(row["prompt"]) == keep(expected)
             assert "none" not in row["prompt"].split("Previous actions:")[1].splitlines()[0]
         else:

@@ -17,7 +17,7 @@ from rlinf.utils.typed_config import ConfigError, parse_section
 from rlinf.workers.reward.math_reward_worker import JudgeError, MathRewardWorker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "utils"))
-from openai_server import OpenAIServer  # noqa: E402
+from openai_server import OpenAIServer
 
 TEXTS = ["so \\boxed{4}", "\\boxed{5}", "I think 4", "no idea"]
 ANSWERS = ["4", "4", "4", "4"]
@@ -51,7 +51,9 @@ def test_reward_model_scores_are_the_models_logits_and_add_with_weights(tmp_path
 
     rm_dir = tiny_reward_model(tmp_path / "rm")
     rule_only = MathRewardWorker(RewardConfig())
-    both = MathRewardWorker(RewardConfig(use_reward_model=True, model=__import__("rlinf.config.rollout", fromlist=["ModelRef"]).ModelRef(rm_dir),
+    both = MathRewardWorker(RewardConfig(use_reward_model=True,
+                                         model=__import__("rlinf.config.rollout",
+                                                          fromlist=["ModelRef"]).ModelRef(rm_dir),
                                          rule_weight=0.5, model_weight=2.0, model_micro_batch_size=3))
     try:
         rule, _ = rule_only.score_batch(_batch())

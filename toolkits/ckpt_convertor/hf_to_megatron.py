@@ -58,7 +58,7 @@ def _stage_counts(text: str | None) -> list[int] | None:
     try:
         return [int(part) for part in text.split(",")]
     except ValueError:
-        raise convert.ConversionError(f"--layers-per-stage {text!r} is not a list of integers")
+        raise convert.ConversionError(f"--layers-per-stage {text!r} is not a list of integers") from None
 
 
 def verify(hf_path: str, megatron_path: str, world: int, timeout_s: float) -> bool:

@@ -16,8 +16,17 @@ import os
 
 import torch
 
-from toolkits.gpu_check.common import (actor_config, backend_for, engine_device, loss_fn, make_batch,
-                                       max_abs_diff, save_random_qwen2, split, world_of_one)
+from toolkits.gpu_check.common import (
+    actor_config,
+    backend_for,
+    engine_device,
+    loss_fn,
+    make_batch,
+    max_abs_diff,
+    save_random_qwen2,
+    split,
+    world_of_one,
+)
 from toolkits.gpu_check.report import outcome
 from toolkits.gpu_check.runner import Context
 
@@ -59,7 +68,10 @@ def run(ctx: Context) -> dict:
         a = FSDPEngine(model_dir, cfg, device=device, total_steps=2)
         b = FSDPEngine(model_dir, cfg, device=device, total_steps=2)
         batch.old_logprobs = a.compute_logprobs(batch, 2)[0]
-        step = lambda engine: engine.train_minibatch(split(batch, 2), loss_fn(), batch.num_response_tokens)
+
+        def step(engine):
+            return engine.train_minibatch(split(batch, 2), loss_fn(), batch.num_response_tokens)
+
         first_a, first_b = step(a), step(b)
         weights_a = _weights(a)
         noise = _diff(weights_a, _weights(b))

@@ -126,7 +126,8 @@ class ExpertPolicy:
             text = self.random_action(Page.read(observation))
         else:
             if self.strategy == "guess":  # never noisy: the budget rule keeps guesses clean
-                text = format_action({"type": "answer", "text": self.rng.choice(guess_answers(self.task, self.site_seed))})
+                text = format_action({"type": "answer",
+                                      "text": self.rng.choice(guess_answers(self.task, self.site_seed))})
             else:
                 text = expert_action(self.task, observation, self.history, site_seed=self.site_seed,
                                      strategy=self.strategy)

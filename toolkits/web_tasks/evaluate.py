@@ -26,10 +26,10 @@ import hashlib
 import json
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import AsyncIterator
 
 import torch
 
@@ -215,7 +215,8 @@ async def run_tasks(web: Web, tasks: list[dict], episode_for, settings: EpisodeS
             try:
                 await run_episode(task, browser, policy, settings, asyncio.Event(), traj)
             except Exception as exc:  # noqa: BLE001 - a lost browser instance ends this episode only
-                traj["status"], traj["error"] = "crashed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                traj["status"], traj["error"] = "crashed", (f"{type(exc).__name__}: "
+                                                            f"{str(exc).splitlines()[0] if str(exc) else ''}")
             verdict = judge(task, traj["answer"])
             traj["reward"] = float(verdict["success"])
             traj["judge"] = verdict
@@ -241,7 +242,8 @@ def summarise(trajectories: list[dict]) -> dict:
             "success_rate": sum(t["judge"]["success"] for t in trajectories) / n,
             "exact_rate": sum(t["judge"]["exact"] for t in trajectories) / n,
             "avg_steps": len(steps) / n,
-            "invalid_action_rate": sum((s.get("action") or {}).get("type") == "invalid" for s in steps) / max(len(steps), 1),
+            "invalid_action_rate": (sum((s.get("action") or {}).get("type") == "invalid" for s in steps)
+                                    / max(len(steps), 1)),
             "statuses": statuses}
 
 

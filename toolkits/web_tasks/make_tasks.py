@@ -142,8 +142,8 @@ def build_tasks(seed: int = 0, spec: SplitSpec = SplitSpec()) -> dict[str, list[
         count = {f: 0 for f in FAMILIES}
 
         def add(family: str, instruction: str, start_url: str, answer: str) -> None:
-            tasks.append(_task(family, count[family], split, instruction, start_url, answer))
-            count[family] += 1
+            tasks.append(_task(family, count[family], split, instruction, start_url, answer))  # noqa: B023 - called within the iteration
+            count[family] += 1  # noqa: B023 - called within the iteration
 
         for p in parts["products"]:
             add("shop_price", PRICE_TEMPLATE.format(name=p.name),

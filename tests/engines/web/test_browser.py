@@ -18,8 +18,14 @@ from .pages import PageServer
 
 pytest.importorskip("playwright.async_api", reason="playwright is not installed (scripts/setup_system_browser.sh)")
 
-from rlinf.engines.web.browser import (BrowserHost, BrowserStartError, InstanceLost,  # noqa: E402
-                                       OperationTimeout, UnknownInstance, find_chromium)
+from rlinf.engines.web.browser import (
+    BrowserHost,
+    BrowserStartError,
+    InstanceLost,
+    OperationTimeout,
+    UnknownInstance,
+    find_chromium,
+)
 
 try:
     CHROMIUM = find_chromium()
@@ -180,7 +186,8 @@ def test_screenshot_is_a_viewport_png_and_metadata(host, pages):
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
         assert struct.unpack(">II", png[16:24]) == (1280, 720)  # IHDR width, height
     assert plain != marked  # the marks are drawn ...
-    assert "__rlinf_overlay" not in tree["text"] and tree["text"].startswith('heading "Welcome Home"')  # ... and removed
+    assert ("__rlinf_overlay" not in tree["text"]
+            and tree["text"].startswith('heading "Welcome Home"'))  # ... and removed
     assert meta == {"width": 1280, "height": 720}
     assert page_meta == {"url": pages.url("/"), "title": "Test Home"}
 

@@ -196,7 +196,8 @@ def test_operation_timeout_gives_504_and_the_client_retries(main_url, pages):
             await c.ac_tree(iid)
             start = time.monotonic()
             with pytest.raises(OperationFailed, match=r"execute failed: after 3 attempts: HTTP 504: execute did not "
-                                                      r"finish within 1s \(operation_timeout=3s\); the instance was reset"):
+                                                      r"finish within 1s \(operation_timeout=3s\); "
+                                                      r"the instance was reset"):
                 await c.execute(iid, {"type": "click", "id": 1}, timeout_s=1.0)  # the click never returns
             took = time.monotonic() - start
             after = await c.navigate(iid, pages.url("/a"))  # reset: usable again
