@@ -153,8 +153,9 @@ class Producer(Worker):
 
     # ---- POSIX shared memory, one fresh segment per item ----
     def produce_shm(self, consumer, nbytes: int, n: int, depth: int) -> tuple[float, float]:
-        import ray
         from multiprocessing import resource_tracker, shared_memory
+
+        import ray
 
         src = self.src(nbytes)
         flat = src.view(torch.uint8)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
 from rlinf.scheduler import Cluster, Worker, WorkerGroup, plan_placement

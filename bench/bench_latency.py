@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
 from rlinf.scheduler import Channel, Cluster, Worker, WorkerGroup, plan_placement

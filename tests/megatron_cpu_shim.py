@@ -37,7 +37,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 

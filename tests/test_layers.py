@@ -4,17 +4,26 @@ imports only packages of its own layer or below."""
 from __future__ import annotations
 
 import ast
+import concurrent.futures
 from pathlib import Path
 
 #: package -> layer; a package may import packages of a lower or equal layer
 LAYERS = {"utils": 0, "scheduler": 1, "config": 2, "data": 2, "algorithms": 2, "models": 3, "engines": 3,
           "envs": 3, "rewards": 3, "objectives": 4, "workers": 5, "runners": 6}
 ROOT = Path(__file__).resolve().parents[1] / "rlinf"
+_PARSER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ast-parse")
+
+
+def _parse(path: Path) -> ast.Module:
+    """``ast.parse`` of ``path`` on a thread of its own: CPython 3.11 can leave a thread's AST
+    recursion counter off after an earlier test's deep recursion ("AST constructor recursion depth
+    mismatch"), and a fresh thread starts with a clean one."""
+    return _PARSER.submit(ast.parse, path.read_text(encoding="utf-8")).result()
 
 
 def _imports(path: Path) -> set[str]:
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_parse(path)):
         names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else (
             [a.name for a in node.names] if isinstance(node, ast.Import) else [])
         out |= {n.split(".")[1] for n in names if n.startswith("rlinf.") and n.count(".") >= 1}
@@ -43,7 +52,7 @@ def test_runners_do_not_import_worker_internals():
     """Runners launch workers (their classes, link names and the messages they exchange) but
     take algorithm glue from rlinf.objectives, never from a worker's module of helpers."""
     for path in (ROOT / "runners").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parse(path)):
             if (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlinf.workers.")
                     and not node.module.endswith(".messages")):
                 for alias in node.names:
@@ -58,7 +67,7 @@ def _runner_modules() -> dict[str, set[str]]:
         rel = path.relative_to(ROOT.parent).with_suffix("")
         name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
         targets = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parse(path)):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlinf.runners"):
                 targets.add(node.module)
                 targets |= {f"{node.module}.{a.name}" for a in node.names}

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_math_config import parse, with_change  # the reference YAML (training_backend megatron)
 
 from rlinf.config import ConfigError
 from rlinf.runners.math import groups as math_groups
-from test_math_config import parse, with_change  # the reference YAML (training_backend megatron)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from test_math_configs import load  # noqa: E402  (composes examples/math/config/<name>.yaml)
+from test_math_configs import load
 
 
 def test_the_reference_megatron_settings_parse():

@@ -21,8 +21,8 @@ from rlinf.utils.typed_config import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
-from misconfigs import CASES, Case  # noqa: E402
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
+from misconfigs import CASES, Case
+from test_generation_worker import tiny_model_with_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIRS = {"math": ROOT / "examples" / "math" / "config", "embodied": ROOT / "examples" / "embodiment" / "config"}

@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinf.config.reference_doc import (DEFAULT_PATH, WEB_PATH, UndocumentedFieldError, document, document_web, main,
-                                        render_reference)
+from rlinf.config.reference_doc import (
+    DEFAULT_PATH,
+    WEB_PATH,
+    UndocumentedFieldError,
+    document,
+    document_web,
+    main,
+    render_reference,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_YAML = Path(__file__).parent / "data" / "reference_math.yaml"

@@ -26,21 +26,22 @@ import torch
 
 pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (pip install deepspeed==0.19.8)")
 
-from fsdp_engine_helpers import (  # noqa: E402
+from fsdp_engine_helpers import (
     ENTROPY_COEF,
     LOGPROB_MBS,
     RANK_SAMPLES,
     TEMPERATURE,
     TOTAL_STEPS,
     free_port,
+    loss_fn,
     make_batch,
     make_cfg,
     make_model_dir,
     micro_batches,
-    loss_fn,
 )
-from rlinf.config.actor import ActorConfig, ActorModelConfig, OptimConfig  # noqa: E402
-from rlinf.engines.training.deepspeed_config import (  # noqa: E402
+
+from rlinf.config.actor import ActorConfig, ActorModelConfig, OptimConfig
+from rlinf.engines.training.deepspeed_config import (
     DeepSpeedConfigError,
     load_ds_config,
     resolve_ds_config,

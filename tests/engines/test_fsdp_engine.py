@@ -14,7 +14,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.multiprocessing as mp
-
 from fsdp_engine_helpers import (
     ENTROPY_COEF,
     TEMPERATURE,
@@ -27,6 +26,7 @@ from fsdp_engine_helpers import (
     run_single,
     run_worker,
 )
+
 from rlinf.config.actor import FsdpConfig, LrSchedConfig, OptimConfig
 from rlinf.engines.training.lr_schedule import LrSchedule, schedule_from_config
 

@@ -102,11 +102,12 @@ def spawn(target: str, world: int, args: tuple, out: Path) -> list:
 
 # ---- scenario 1: one process, against HF and the FSDP engine ------------------------------------
 def single_process(model: str, cache: str, out_dir: str) -> dict:
+    from transformers import AutoModelForCausalLM
+
     from rlinf.engines.training.fsdp import FSDPEngine
     from rlinf.engines.training.fsdp_utils import response_logprobs
     from rlinf.engines.training.megatron.engine import MegatronEngine
     from rlinf.objectives.llm import make_loss_fn
-    from transformers import AutoModelForCausalLM
 
     cpu = torch.device("cpu")
     meg = MegatronEngine(model, actor_cfg(cache), temperature=TEMPERATURE, device=cpu, total_steps=4)

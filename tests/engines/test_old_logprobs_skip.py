@@ -13,7 +13,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fsdp_engine_helpers import TEMPERATURE, TOTAL_STEPS, make_batch, make_cfg, run_in_world_of_one  # noqa: E402
+from fsdp_engine_helpers import TEMPERATURE, TOTAL_STEPS, make_batch, make_cfg, run_in_world_of_one
 
 
 def _scenario(model_dir: str, out: str) -> dict:

@@ -13,7 +13,7 @@ import ray.cloudpickle
 from rlinf.utils.metric_logger import read_metrics
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from test_embodied_runner import toy_config  # noqa: E402
+from test_embodied_runner import toy_config
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

@@ -61,9 +61,8 @@ def _compare(local_path: Path, ray_path: Path) -> int:
 
 @pytest.mark.ray
 def test_tiny_math_config_gives_the_same_metrics_locally_and_on_ray(ray_cluster, tmp_path, same_process_state):
-    from toolkits.tiny_math.make_model import make_model
-
     from rlinf.runners.math.recipe import run_math
+    from toolkits.tiny_math.make_model import make_model
     model = str(make_model(tmp_path / "model"))
     val = tmp_path / "val.jsonl"
     rows = [json.loads(line) for line in open(ROOT / "examples/math/data/val.jsonl")][:4]

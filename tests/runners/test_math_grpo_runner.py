@@ -15,7 +15,7 @@ from rlinf.runners.math.groups import launch_math_groups
 from rlinf.runners.math.loop import MathRunner
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "workers"))
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
+from test_generation_worker import tiny_model_with_tokenizer
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

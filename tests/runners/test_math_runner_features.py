@@ -18,8 +18,8 @@ from rlinf.utils.typed_config import ConfigError
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "workers"))
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
-from test_math_grpo_runner import write_data  # noqa: E402
+from test_generation_worker import tiny_model_with_tokenizer
+from test_math_grpo_runner import write_data
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

@@ -19,8 +19,8 @@ from rlinf.utils.typed_config import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
-from test_math_runner_features import base_config, with_dirs  # noqa: E402
+from test_generation_worker import tiny_model_with_tokenizer
+from test_math_runner_features import base_config, with_dirs
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

@@ -19,7 +19,7 @@ from rlinf.scheduler.channel import KeyedQueues, fast_client
 from rlinf.scheduler.channel.channel import ChannelClosedError
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from test_channel import assert_each_item_once_in_producer_order  # noqa: E402
+from test_channel import assert_each_item_once_in_producer_order
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

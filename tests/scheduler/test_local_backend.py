@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlinf.scheduler import (CallTimeoutError, Channel, Cluster, PipeLink, TensorLink, Worker, WorkerError,
-                             WorkerGroup)
+from rlinf.scheduler import CallTimeoutError, Channel, Cluster, PipeLink, TensorLink, Worker, WorkerError, WorkerGroup
 from rlinf.scheduler.channel import ChannelClosedError, ChannelTimeout
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.local.cluster import LocalCluster

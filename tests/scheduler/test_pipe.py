@@ -12,8 +12,16 @@ import pytest
 import ray.cloudpickle
 import torch
 
-from rlinf.scheduler import (PipeClosedError, PipeLink, PipePeerError, PipeTimeout, Worker,
-                             WorkerError, WorkerGroup, plan_placement)
+from rlinf.scheduler import (
+    PipeClosedError,
+    PipeLink,
+    PipePeerError,
+    PipeTimeout,
+    Worker,
+    WorkerError,
+    WorkerGroup,
+    plan_placement,
+)
 from rlinf.scheduler.errors import SchedulerError
 from rlinf.scheduler.pipe import Pipe
 

@@ -21,10 +21,10 @@ if importlib.util.find_spec("mani_skill") is None:
     raise ImportError("ManiSkill3 is missing although scripts/setup_env.sh installs the `embodied` extra "
                       "by default: rerun `bash scripts/setup_env.sh`")
 
-from rlinf.config.env import EnvConfig, EnvInitParams  # noqa: E402
-from rlinf.engines.simulators import EpisodeVectorEnv, SimulatorError, make_vector_env  # noqa: E402
-from rlinf.engines.simulators.episodes import BatchSim, SimStep  # noqa: E402
-from rlinf.engines.simulators.maniskill import (  # noqa: E402
+from rlinf.config.env import EnvConfig, EnvInitParams
+from rlinf.engines.simulators import EpisodeVectorEnv, SimulatorError, make_vector_env
+from rlinf.engines.simulators.episodes import BatchSim, SimStep
+from rlinf.engines.simulators.maniskill import (
     MissingAssetsError,
     build_maniskill_sim,
     vulkan_unavailable_reason,

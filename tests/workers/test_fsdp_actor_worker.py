@@ -11,10 +11,10 @@ import torch
 from rlinf.config.actor import ActorConfig, OptimConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.objectives.batching import plan_update
+from rlinf.objectives.llm import add_advantages
 from rlinf.scheduler import TensorLink, Worker, WorkerGroup, plan_placement
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
-from rlinf.objectives.llm import add_advantages
-from rlinf.objectives.batching import plan_update
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

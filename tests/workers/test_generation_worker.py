@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
 from dataclasses import replace
+
+import pytest
 import torch
 
 from rlinf.config.algorithm import SamplingParams
 from rlinf.config.rollout import RolloutConfig
-from rlinf.data.prompt_dataset import PromptBatch, Prompt
+from rlinf.data.prompt_dataset import Prompt, PromptBatch
 from rlinf.workers.rollout.generation_worker import GenerationWorker
 
 

@@ -18,15 +18,16 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from rlinf.data.prompt_dataset import PromptDataset, PromptLoader  # noqa: E402
-from rlinf.data.readers import read_rows  # noqa: E402
-from rlinf.runners.math import groups as math_groups  # noqa: E402
-from rlinf.runners.math.loop import MathRunner  # noqa: E402
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
-from test_megatron_actor_worker import ShimmedMegatronActor  # noqa: E402
+from test_generation_worker import tiny_model_with_tokenizer
+from test_megatron_actor_worker import ShimmedMegatronActor
+
+from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
+from rlinf.data.readers import read_rows
+from rlinf.runners.math import groups as math_groups
+from rlinf.runners.math.loop import MathRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from test_math_configs import load  # noqa: E402  (composes examples/math/config/<name>.yaml)
+from test_math_configs import load
 
 pytestmark = pytest.mark.ray
 

@@ -15,17 +15,17 @@ import torch
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.objectives.batching import plan_update
+from rlinf.objectives.llm import add_advantages
 from rlinf.scheduler import TensorLink, WorkerGroup, plan_placement
 from rlinf.utils.typed_config import parse_section
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
-from rlinf.objectives.llm import add_advantages
-from rlinf.objectives.batching import plan_update
 
 pytest.importorskip("megatron.core")
-import megatron_cpu_shim  # noqa: E402  (tests/ is on sys.path: conftest.py)
+import megatron_cpu_shim
+from test_fsdp_actor_worker import WeightReceiver, tiny_model
 
-from rlinf.workers.actor.megatron_actor import MegatronActorWorker  # noqa: E402
-from test_fsdp_actor_worker import WeightReceiver, tiny_model  # noqa: E402  (same scenario as FSDP's)
+from rlinf.workers.actor.megatron_actor import MegatronActorWorker
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 ray.cloudpickle.register_pickle_by_value(megatron_cpu_shim)

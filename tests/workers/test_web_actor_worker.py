@@ -18,7 +18,7 @@ from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
 from rlinf.workers.actor.web_actor import WebActorWorker
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from test_fsdp_actor_worker import WeightReceiver, tiny_model  # noqa: E402
+from test_fsdp_actor_worker import WeightReceiver, tiny_model
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or tempfile.mkdtemp(prefix="rlinf-gpu-check-")
     ctx = Context(device=device, dry_run=args.cpu_dry_run, workdir=workdir, out_dir=str(out),
                   peak_tflops=args.peak_tflops, seed=args.seed)
-    started, t0 = datetime.datetime.now(datetime.timezone.utc), time.monotonic()
+    started, t0 = datetime.datetime.now(datetime.UTC), time.monotonic()
     print(f"gpu_check: {len(specs)} checks on {device}{' (dry run)' if ctx.dry_run else ''}, "
           f"budget {args.budget_s:.0f} s, out {out}")
     try:

@@ -11,9 +11,21 @@ from __future__ import annotations
 
 import torch
 
-from toolkits.gpu_check.common import (SMALL, TINY, actor_config, backend_for, capture_grads, dict_rel_diff,
-                                       engine_device, loss_fn, make_batch, max_abs_diff, save_random_qwen2,
-                                       split, world_of_one)
+from toolkits.gpu_check.common import (
+    SMALL,
+    TINY,
+    actor_config,
+    backend_for,
+    capture_grads,
+    dict_rel_diff,
+    engine_device,
+    loss_fn,
+    make_batch,
+    max_abs_diff,
+    save_random_qwen2,
+    split,
+    world_of_one,
+)
 from toolkits.gpu_check.report import outcome
 from toolkits.gpu_check.runner import Context
 

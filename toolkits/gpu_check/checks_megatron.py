@@ -22,8 +22,18 @@ import time
 
 import torch
 
-from toolkits.gpu_check.common import (SMALL, TINY, actor_config, engine_device, loss_fn, make_batch,
-                                       max_abs_diff, save_random_qwen2, split, world_of_one)
+from toolkits.gpu_check.common import (
+    SMALL,
+    TINY,
+    actor_config,
+    engine_device,
+    loss_fn,
+    make_batch,
+    max_abs_diff,
+    save_random_qwen2,
+    split,
+    world_of_one,
+)
 from toolkits.gpu_check.report import outcome
 from toolkits.gpu_check.runner import Context
 

@@ -19,8 +19,18 @@ import time
 
 import torch
 
-from toolkits.gpu_check.common import (TINY, actor_config, backend_for, cuda_sync, engine_device, loss_fn,
-                                       make_batch, save_random_qwen2, split, world_of_one)
+from toolkits.gpu_check.common import (
+    TINY,
+    actor_config,
+    backend_for,
+    cuda_sync,
+    engine_device,
+    loss_fn,
+    make_batch,
+    save_random_qwen2,
+    split,
+    world_of_one,
+)
 from toolkits.gpu_check.report import outcome
 from toolkits.gpu_check.runner import Context
 

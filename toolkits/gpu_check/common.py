@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 

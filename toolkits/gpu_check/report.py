@@ -17,9 +17,10 @@ import math
 import os
 import platform
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 SCHEMA = "rlinf-gpu-check/1"
 STATUSES = ("pass", "fail", "skip")

@@ -19,8 +19,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from toolkits.gpu_check import DRY_RUN_CAP_S, CheckSpec
 from toolkits.gpu_check.report import failure, line, outcome

@@ -25,7 +25,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from rlinf.data.tokenizer import save_tokenizer_pinned
-
 from toolkits.tiny_math.make_dataset import make_prompt, make_response
 
 PAD_TOKEN = "<|endoftext|>"

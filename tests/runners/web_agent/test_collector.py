@@ -35,7 +35,7 @@ def _runner(slow=frozenset(), cooperative=True, fast_s=0.02, slow_s=10.0, starte
                 return {"item": item, "steps": "all"}
             try:
                 await asyncio.wait_for(stop.wait(), slow_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return {"item": item, "steps": "all"}
             return {"item": item, "steps": [1], "status": "straggler-by-episode"}
         finally:

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("playwright")
 pytest.importorskip("aiohttp")
-from rlinf.engines.web.browser import find_chromium  # noqa: E402
+from rlinf.engines.web.browser import find_chromium
 
 try:
     find_chromium(None)
@@ -18,7 +18,7 @@ except Exception as exc:  # noqa: BLE001
     pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from test_rollout_phase import ScriptedBackend  # noqa: E402
+from test_rollout_phase import ScriptedBackend
 
 pytestmark = pytest.mark.ray
 

@@ -13,22 +13,22 @@ import time
 import pytest
 
 pytest.importorskip("playwright")
-from rlinf.engines.web.browser import find_chromium  # noqa: E402
+from rlinf.engines.web.browser import find_chromium
 
 try:
     find_chromium(None)
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
 
-from rlinf.data.web_tasks import load_tasks  # noqa: E402
-from rlinf.engines.web.service import start_service_thread  # noqa: E402
-from rlinf.envs.web_sites import SiteServer  # noqa: E402
-from rlinf.rewards.web_judges import RuleEvaluator  # noqa: E402
-from rlinf.runners.web_agent.episode import EpisodeSettings  # noqa: E402
-from rlinf.runners.web_agent.metrics import rollout_metrics  # noqa: E402
-from rlinf.runners.web_agent.policy import BatchingPolicy, Reply  # noqa: E402
-from rlinf.runners.web_agent.rollout import PhaseLimits, run_phase, split_tasks  # noqa: E402
-from rlinf.runners.web_agent.store import load_iteration  # noqa: E402
+from rlinf.data.web_tasks import load_tasks
+from rlinf.engines.web.service import start_service_thread
+from rlinf.envs.web_sites import SiteServer
+from rlinf.rewards.web_judges import RuleEvaluator
+from rlinf.runners.web_agent.episode import EpisodeSettings
+from rlinf.runners.web_agent.metrics import rollout_metrics
+from rlinf.runners.web_agent.policy import BatchingPolicy, Reply
+from rlinf.runners.web_agent.rollout import PhaseLimits, run_phase, split_tasks
+from rlinf.runners.web_agent.store import load_iteration
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "web_agent", "data", "train.jsonl")
 

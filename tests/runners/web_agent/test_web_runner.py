@@ -13,15 +13,15 @@ import pytest
 import ray.cloudpickle
 
 pytest.importorskip("playwright")
-from rlinf.engines.web.browser import find_chromium  # noqa: E402
+from rlinf.engines.web.browser import find_chromium
 
 try:
     find_chromium(None)
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
 
-from rlinf.rewards.web_judges import JudgeResult  # noqa: E402
-from rlinf.runners.web_agent.recipe import WEB_RECIPE  # noqa: E402
+from rlinf.rewards.web_judges import JudgeResult
+from rlinf.runners.web_agent.recipe import WEB_RECIPE
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
