@@ -4,26 +4,18 @@ config with its placeholders (@MODEL@, @TRAIN@, @VAL@) pointed at them."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "translate"
 
 
 def make_tiny_qwen(path: Path) -> str:
-    """A tiny Qwen2 model with a word-level tokenizer (a real HF folder, saved once per test module)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    """A tiny Qwen2 model with a word-level tokenizer (a real HF folder; the workers' tests' one)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
+    from test_generation_worker import tiny_model_with_tokenizer
 
-    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(64)}, unk_token="w2"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="w0", eos_token="w1").save_pretrained(path)
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=True, eos_token_id=1, pad_token_id=0)
-    Qwen2ForCausalLM(cfg).save_pretrained(path)
-    return str(path)
+    return tiny_model_with_tokenizer(path)
 
 
 def write_jsonl(path: Path, rows: int = 8) -> str:
