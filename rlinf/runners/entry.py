@@ -64,16 +64,20 @@ def one_line(exc: BaseException) -> str:
 
 
 def write_error_log(cfg: Any, exc: BaseException) -> str:
-    """Write ``exc`` with its remote traceback to ``<runner.logger.log_path>/error.log`` (or a
-    temporary file when the config names no log folder); returns the path."""
+    """Write ``exc`` with its remote traceback to ``<runner.logger.log_path>/error.log`` (a web
+    run's: ``<save_path>/error.log``; a temporary file when the config names no log folder);
+    returns the path."""
     import tempfile
     import traceback
 
     folder = None
     try:
         folder = str(cfg["runner"]["logger"]["log_path"])
-    except Exception:  # noqa: BLE001 - any config shape: fall back to a temporary file
-        pass
+    except Exception:  # noqa: BLE001 - any config shape: try the web layout, then a temporary file
+        try:
+            folder = str(cfg["save_path"])
+        except Exception:  # noqa: BLE001 - no log folder at all
+            pass
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         if folder is None:

@@ -98,3 +98,11 @@ def test_a_worker_failure_is_one_line_with_the_traceback_in_the_log_folder(tmp_p
     assert err == [f"error: rollout[1] on node 0 raised in run(): ValueError: action_dim 7 but the env "
                    f"takes 8 (details: {tmp_path / 'logs' / 'error.log'})"]
     assert "File x" in (tmp_path / "logs" / "error.log").read_text()
+
+
+def test_a_web_runs_error_log_goes_to_its_save_path(tmp_path):
+    from rlinf.runners.entry import write_error_log
+
+    path = write_error_log({"save_path": str(tmp_path / "run")}, ValueError("browser gone"))
+    log = tmp_path / "run" / "error.log"
+    assert path == str(log) and "browser gone" in log.read_text()
