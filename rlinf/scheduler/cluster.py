@@ -20,6 +20,7 @@ from pathlib import Path
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.errors import ClusterError
 from rlinf.scheduler.placement import ClusterShape, NodeGroup
+from rlinf.scheduler.secret import RunSecret
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class Cluster:
         set_active(None)  # channels made from now on are Ray ones
         self.namespace = namespace
         self._groups: list = []  # weak references to the worker groups launched on this cluster
+        #: the run's key (:mod:`rlinf.scheduler.secret`): handed to every worker this cluster starts
+        self.secret = RunSecret.new()
         #: one line naming the Ray cluster in use (printed by the entry points)
         self.origin = _init_ray(address, namespace) if not ray.is_initialized() else \
             "the Ray cluster this process had already joined"

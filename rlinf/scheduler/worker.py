@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import traceback
@@ -29,7 +30,30 @@ ENV_ACCELERATORS = "RLINF_ACCELERATORS"
 ENV_HAS_GPUS = "RLINF_HAS_GPUS"
 #: local mode only: the CUDA index of the worker's first GPU (a Ray worker sees its GPUs as 0..n-1)
 ENV_DEVICE_INDEX = "RLINF_DEVICE_INDEX"
+#: the hidden keyword argument that carries the run's secret into a worker's construction
+SECRET_KWARG = "_rlinf_secret"
 _MISSING = object()
+
+
+def _accepting_secret(init):
+    """``init`` wrapped to take (and keep) the run's secret before the worker's own code runs."""
+
+    def __init__(self, *args, _rlinf_secret=None, **kwargs):
+        if _rlinf_secret is not None:
+            self.__dict__["_rlinf_secret"] = _rlinf_secret
+        init(self, *args, **kwargs)
+
+    # Not functools.wraps: Ray reads the signature of inspect.unwrap(__init__), so no __wrapped__;
+    # Ray validates constructor arguments against it: show the hidden keyword in it.
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(__init__, attr, getattr(init, attr, None))
+    sig = inspect.signature(init)
+    params = list(sig.parameters.values())
+    hidden = inspect.Parameter(SECRET_KWARG, inspect.Parameter.KEYWORD_ONLY, default=None)
+    at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
+    __init__.__signature__ = sig.replace(parameters=[*params[:at], hidden, *params[at:]])
+    __init__._rlinf_takes_secret = True
+    return __init__
 
 
 class Worker:
@@ -38,7 +62,32 @@ class Worker:
     Attributes are read from the process environment, so subclasses need not call
     ``super().__init__()``. In local mode (``cluster.backend: local``) several workers share one
     process: each instance then carries its own mapping (``_rlinf_env``), consulted first.
+
+    Every subclass's ``__init__`` also takes the run's secret as a hidden keyword argument (given
+    by :class:`~rlinf.scheduler.WorkerGroup`), so :attr:`run_secret` is set before it runs.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_rlinf_takes_secret", False):
+            cls.__init__ = _accepting_secret(init)
+
+    def __init__(self, *, _rlinf_secret=None):
+        if _rlinf_secret is not None:
+            self.__dict__["_rlinf_secret"] = _rlinf_secret
+
+    @property
+    def run_secret(self):
+        """The run's :class:`~rlinf.scheduler.secret.RunSecret` (set before ``__init__`` runs).
+
+        Raises ``RuntimeError`` in an instance made outside a :class:`~rlinf.scheduler.WorkerGroup`.
+        """
+        secret = self.__dict__.get("_rlinf_secret")
+        if secret is None:
+            raise RuntimeError(f"{type(self).__name__} has no run secret: it was not started by a "
+                               "WorkerGroup (the group hands the secret to each worker it starts)")
+        return secret
 
     def _rlinf_env_value(self, key: str, default: Any = _MISSING) -> str:
         own = self.__dict__.get("_rlinf_env")

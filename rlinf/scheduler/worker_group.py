@@ -27,6 +27,7 @@ from rlinf.scheduler.worker import (
     ENV_GROUP,
     ENV_HAS_GPUS,
     ENV_NODE_RANK,
+    SECRET_KWARG,
     Worker,
 )
 
@@ -123,7 +124,7 @@ class WorkerGroup:
                 max_concurrency=max_concurrency,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
                 runtime_env={"env_vars": proc_env},
-            ).remote(*args, **(kwargs or {}))
+            ).remote(*args, **(kwargs or {}), **{SECRET_KWARG: cluster.secret})
             actors.append(actor)
         group = cls(cluster, placement, name, worker_cls, actors)
         cluster.register_group(group)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlinf.scheduler.cluster import LOOPBACK, Cluster, NodeInfo, _bind_free_port, _local_gpu_count
 from rlinf.scheduler.local import set_active
+from rlinf.scheduler.secret import RunSecret
 
 if TYPE_CHECKING:
     from rlinf.scheduler.config import ClusterConfig
@@ -30,6 +31,7 @@ class LocalCluster(Cluster):
     def __init__(self, accelerators_per_node: int | None = None, namespace: str = "rlinf"):
         self.namespace = namespace
         self._groups: list = []
+        self.secret = RunSecret.new()
         self.origin = ORIGIN
         gpus = _local_gpu_count()
         count = accelerators_per_node if accelerators_per_node is not None else (gpus or 1)
@@ -74,7 +76,7 @@ class LocalCluster(Cluster):
         threads = int(proc_env.get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
                       or node.threads_for(len(proc.accelerators)))
         actor = LocalActor(worker_cls, f"{name}[0]", proc_env, tuple(args), dict(kwargs or {}),
-                           max_concurrency=max_concurrency, threads=threads)
+                           max_concurrency=max_concurrency, threads=threads, secret=self.secret)
         group = group_cls(self, placement, name, worker_cls, [actor])
         self.register_group(group)
         return group

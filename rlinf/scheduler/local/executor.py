@@ -113,10 +113,11 @@ class LocalActor:
         args, kwargs: for ``worker_cls(...)`` (copied).
         max_concurrency: threads running calls.
         threads: torch intra-op threads for this worker.
+        secret: the run's :class:`~rlinf.scheduler.secret.RunSecret` (the instance's ``run_secret``).
     """
 
     def __init__(self, worker_cls: type, name: str, env: dict[str, str], args: tuple, kwargs: dict,
-                 max_concurrency: int = 1, threads: int | None = None):
+                 max_concurrency: int = 1, threads: int | None = None, secret=None):
         self.name = name
         self.instance = None
         self.init_error: str | None = None
@@ -131,7 +132,7 @@ class LocalActor:
         for thread in self._threads:
             thread.start()
         self.started = self._submit(self._construct, worker_cls, env, copy_value(tuple(args)),
-                                    copy_value(dict(kwargs)))
+                                    copy_value(dict(kwargs)), secret)
 
     # ---- the driver's side ----------------------------------------------------------------
     def call(self, method: str, args: tuple, kwargs: dict, control: bool = False) -> Future:
@@ -189,10 +190,12 @@ class LocalActor:
             except BaseException as exc:  # noqa: BLE001 - delivered to whoever waits
                 future.set_exception(exc)
 
-    def _construct(self, worker_cls: type, env: dict, args: tuple, kwargs: dict) -> None:
+    def _construct(self, worker_cls: type, env: dict, args: tuple, kwargs: dict, secret=None) -> None:
         with _CONSTRUCTING, self._own_random():
             instance = worker_cls.__new__(worker_cls)
             object.__setattr__(instance, "_rlinf_env", dict(env))
+            if secret is not None:
+                object.__setattr__(instance, "_rlinf_secret", secret)
             try:
                 instance.__init__(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - reported on every call, as Ray does
