@@ -131,7 +131,7 @@ def test_the_json_has_every_check_with_a_status_and_finite_figures(dry_run):
     assert env["packages"]["torch"] and env["cuda_available"] is False and env["wheels_site"] is None
     assert env["frameworks_present"] == []  # no Ray, Hydra, OmegaConf, vLLM, SGLang: as on the GPU
     s = doc["summary"]
-    assert s["failed"] == ["boom", "crash", "hang"] and s["passed"] == ["fsdp_bf16", "mfu"]
+    assert s["failed"] == ["boom", "crash", "hang"] and s["passed"] == ["fsdp_bf16", "mfu", "memory_estimate"]
     assert s["ok"] is False
     log = (out / "gpu_check.log").read_text()
     assert "===== fsdp_bf16 =====" in log and "===== hang =====" in log

@@ -22,6 +22,7 @@ name                      what                                                  
 ``liger``                 liger-kernel fused linear CE and patched model vs torch     checks_liger
 ``megatron_step``         Megatron bf16 + distributed optimizer (TP=1) step, offload  checks_megatron
 ``megatron_logits``       converter HF -> Megatron, round trip and logits on CUDA     checks_megatron
+``memory_estimate``       memory estimator vs CUDA peak, 0.5B shape, seq 2048         checks_memory
 ========================  ==========================================================  =========
 
 Importing this package imports nothing heavy (no torch): the runner decides skips cheaply.
@@ -76,4 +77,5 @@ CHECKS: tuple[CheckSpec, ...] = (
               cpu_note="megatron-core calls CUDA in its forward, schedules and optimizer"),
     CheckSpec("megatron_logits", "toolkits.gpu_check.checks_megatron:run_logits", 150,
               needs_modules=("transformers", "megatron")),
+    CheckSpec("memory_estimate", "toolkits.gpu_check.checks_memory:run", 120, needs_modules=("transformers",)),
 )
