@@ -332,7 +332,7 @@ def free_port_on(node: NodeInfo) -> int:
     issued = _ISSUED_PORTS.setdefault(node.node_id, set())
     task = _free_port_task().options(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
-    port = ray.get(task.remote(sorted(issued)))
+    port = ray.get(task.remote(sorted(issued), node.ip))
     issued.add(port)
     return port
 
@@ -352,8 +352,9 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
-def _bind_free_port(avoid: list[int] | tuple = ()) -> int:
-    """A port this host can bind now: random below the ephemeral range, else any the kernel gives."""
+def _bind_free_port(avoid: list[int] | tuple = (), host: str = LOOPBACK) -> int:
+    """A port this host can bind on ``host`` now (the address its listener will use; the probe
+    socket never listens): random below the ephemeral range, else any the kernel gives."""
     import random
 
     low, _ = _ephemeral_range()
@@ -363,13 +364,13 @@ def _bind_free_port(avoid: list[int] | tuple = ()) -> int:
     for port in candidates[:200]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
-                s.bind(("", port))
+                s.bind((host, port))
             except OSError:
                 continue
             return port
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
+            s.bind((host, 0))
             port = s.getsockname()[1]
         if port not in avoid:
             return port

@@ -8,6 +8,11 @@ way per step) needs less: a pipe is one TCP connection per pair of workers, made
 pickled (protocol 5) with tensors and numpy arrays sent out of band, straight from their memory; a
 round trip on one node takes tens of microseconds. TCP works across nodes too.
 
+Nothing is unpickled from a peer that has not proved it holds the run's secret: every connection
+starts with a mutual HMAC-SHA256 challenge-response (:mod:`rlinf.scheduler.handshake`, proofs
+compared with ``hmac.compare_digest``); one that fails or stalls is closed and counted
+(:meth:`PipeLink.refused`) while the real peers go on connecting.
+
 Each pipe is FIFO in both directions. ``send(obj, key=...)`` tags a message; ``recv(key=...)``
 checks the tag, so a protocol slip fails loudly instead of pairing the wrong messages. A peer
 that exits closes the socket and the waiting side raises :class:`PipeClosedError` at once; a peer
@@ -37,15 +42,19 @@ from __future__ import annotations
 
 import io
 import pickle
+import queue
 import select
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlinf.scheduler.errors import SchedulerError
+from rlinf.scheduler.handshake import AuthError, prove_as_connector, prove_as_listener
+from rlinf.scheduler.secret import RunSecret
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
@@ -243,13 +252,34 @@ def _recv_exactly(sock: socket.socket, n: int, what: str) -> bytes:
     return data
 
 
+#: seconds one connecting peer gets to complete the handshake and say its rank
+HANDSHAKE_S = 10.0
+#: connections a listener lets wait beyond the expected peers (refused ones do not block real ones)
+_EXTRA_BACKLOG = 32
+
+
 # ---- worker side (called through the Worker base class) -------------------------------------
 class PipeEnds:
-    """A worker's pipes: ``name -> peer rank -> Pipe``, plus listeners being accepted."""
+    """A worker's pipes: ``name -> peer rank -> Pipe``, plus listeners being accepted.
 
-    def __init__(self):
+    Args:
+        secret: the run's :class:`~rlinf.scheduler.secret.RunSecret`; every connection proves it
+            both ways (:mod:`rlinf.scheduler.handshake`) before anything is unpickled.
+
+    Attributes:
+        refused: per pipe name, connections closed because they failed the handshake.
+    """
+
+    def __init__(self, secret: RunSecret | None = None):
+        self.secret = secret
         self.pipes: dict[str, dict[int, Pipe]] = {}
         self.listeners: dict[str, tuple[socket.socket, int, str]] = {}
+        self.refused: dict[str, int] = {}
+
+    def _key(self) -> RunSecret:
+        if self.secret is None:
+            raise SchedulerError("pipes need the run's secret: this worker was not started by a WorkerGroup")
+        return self.secret
 
     def get(self, name: str, peer_rank: int) -> Pipe:
         if name not in self.pipes or peer_rank not in self.pipes[name]:
@@ -260,36 +290,89 @@ class PipeEnds:
 
     def listen(self, name: str, host: str, expected: int, peer_group: str) -> tuple[str, int]:
         """Open a listening socket for ``expected`` peers; returns its address."""
+        self._key()
         self.close(name)
-        server = socket.create_server((host, 0), backlog=max(expected, 1))
+        server = socket.create_server((host, 0), backlog=max(expected, 1) + _EXTRA_BACKLOG)
         self.listeners[name] = (server, expected, peer_group)
         return host, server.getsockname()[1]
 
     def connect(self, name: str, my_rank: int, peer_rank: int, peer: str, host: str, port: int,
                 timeout: float) -> None:
         sock = socket.create_connection((host, port), timeout=timeout)
-        sock.sendall(_LENGTH.pack(my_rank))
+        try:
+            prove_as_connector(sock, self._key(), min(timeout, HANDSHAKE_S))
+            sock.sendall(_LENGTH.pack(my_rank))
+        except AuthError as exc:
+            sock.close()
+            raise SchedulerError(f"pipe {name!r}: {host}:{port} is not {peer}'s listener ({exc})") from None
+        except BaseException:
+            sock.close()
+            raise
         self.pipes.setdefault(name, {})[peer_rank] = Pipe(sock, name, peer)
 
     def accept(self, name: str, timeout: float) -> list[int]:
-        """Accept the expected connections; returns the peer ranks that connected."""
+        """Accept the expected connections; returns the peer ranks that connected.
+
+        Each connection proves the run's secret on a thread of its own, so one that stalls or
+        fails (closed and counted in :attr:`refused`) does not hold the real peers up.
+        """
         server, expected, peer_group = self.listeners.pop(name)
+        secret = self._key()
         deadline = time.monotonic() + timeout
-        ranks = []
+        results: queue.Queue = queue.Queue()
+        pending: set[socket.socket] = set()
+        lock = threading.Lock()
+
+        def handshake(sock: socket.socket, address) -> None:
+            try:
+                prove_as_listener(sock, secret, min(HANDSHAKE_S, max(deadline - time.monotonic(), 0.001)))
+                rank = _LENGTH.unpack(_recv_exactly(sock, _LENGTH.size, "a peer's rank"))[0]
+                results.put((sock, rank, None))
+            except (AuthError, SchedulerError, OSError) as exc:
+                sock.close()
+                results.put((None, address, exc))
+            finally:
+                with lock:
+                    pending.discard(sock)
+
+        def acceptor() -> None:
+            while True:
+                try:
+                    sock, address = server.accept()
+                except OSError:  # the listener was closed: accepting is over
+                    return
+                with lock:
+                    pending.add(sock)
+                threading.Thread(target=handshake, args=(sock, address), daemon=True,
+                                 name=f"rlinf-pipe-handshake {name}").start()
+
+        server.settimeout(None)
+        threading.Thread(target=acceptor, daemon=True, name=f"rlinf-pipe-accept {name}").start()
+        ranks: list[int] = []
         try:
             while len(ranks) < expected:
-                server.settimeout(max(deadline - time.monotonic(), 0.001))
                 try:
-                    sock, _ = server.accept()
-                except TimeoutError as exc:
-                    raise PipeTimeout(f"pipe {name!r}: {len(ranks)} of {expected} peers connected "
-                                      f"within {timeout:g} s") from exc
-                sock.settimeout(timeout)  # the peer's hello (its rank) comes right after connecting
-                rank = _LENGTH.unpack(_recv_exactly(sock, _LENGTH.size, f"pipe {name!r}: a peer's hello"))[0]
+                    sock, rank, error = results.get(timeout=max(deadline - time.monotonic(), 0.001))
+                except queue.Empty:
+                    refused = self.refused.get(name, 0)
+                    raise PipeTimeout(f"pipe {name!r}: {len(ranks)} of {expected} peers connected within "
+                                      f"{timeout:g} s" + (f" ({refused} refused connection(s))" if refused
+                                                          else "")) from None
+                if error is not None:
+                    self.refused[name] = self.refused.get(name, 0) + 1
+                    print(f"warning: pipe {name!r}: refused a connection from {rank[0]}:{rank[1]} ({error})",
+                          file=sys.stderr, flush=True)
+                    continue
+                if rank in ranks:
+                    sock.close()
+                    raise SchedulerError(f"pipe {name!r}: {peer_group}[{rank}] connected twice")
                 self.pipes.setdefault(name, {})[rank] = Pipe(sock, name, f"{peer_group}[{rank}]")
                 ranks.append(rank)
         finally:
             server.close()
+            with lock:
+                for sock in pending:  # handshakes still running past the end: not ours any more
+                    sock.close()
         return ranks
 
     def close(self, name: str | None = None) -> None:
@@ -347,3 +430,12 @@ class PipeLink:
             call.wait(timeout=timeout_s + 10)
         accepting.wait(timeout=timeout_s + 10)
         return cls(name, group_a, group_b, pairs)
+
+    def refused(self) -> int:
+        """Connections to this pipe name's listeners that failed the handshake (closed unread), over
+        the whole run: connecting the name again keeps counting."""
+        if getattr(self.group_b, "is_local", False):
+            return 0  # socket pairs made in this process: nothing listens
+        ranks = sorted({b for _, b in self.pairs})
+        counts = self.group_b._execute("_rlinf_pipe_refused", ranks=ranks).wait(timeout=30)
+        return sum(c.get(self.name, 0) for c in counts)

@@ -39,11 +39,13 @@ Example:
 from __future__ import annotations
 
 import datetime
+import hmac
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rlinf.scheduler.errors import SchedulerError
 from rlinf.scheduler.transfer_stream import (
     Header,
     Piece,
@@ -57,6 +59,8 @@ from rlinf.scheduler.transfer_stream import (
     send_order,
     write_bucket,
 )
+
+_MAC_BYTES = 32  # HMAC-SHA256 after each header (RunSecret.mac)
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
@@ -93,6 +97,7 @@ class _LinkState:
     staging: Staging | None = None
     cma: bool = False  # every receiver can read the source's memory (cross-memory attach)
     buffers: list | None = None  # two reused bucket buffers (process-group path), made on first use
+    secret: Any = None  # the run's RunSecret: headers carry its MAC, checked before unpickling
 
 
 @dataclass(frozen=True)
@@ -191,7 +196,7 @@ class TensorLink:
 
 
 def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backend: str,
-              bucket_bytes: int, timeout_s: float, device, one_host: bool = False) -> _LinkState:
+              bucket_bytes: int, timeout_s: float, device, one_host: bool = False, secret=None) -> _LinkState:
     """Worker side of :meth:`TensorLink.connect`: build the link's process group."""
     import torch.distributed as dist
 
@@ -202,7 +207,7 @@ def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backe
         group = dist.ProcessGroupNCCL(store, rank, world_size)
     else:
         group = dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    link = _LinkState(name, rank, group, device, bucket_bytes, backend, one_host)
+    link = _LinkState(name, rank, group, device, bucket_bytes, backend, one_host, secret=secret)
     if one_host:
         link.cma = _probe_cma(link)
     return link
@@ -331,11 +336,19 @@ def recv_tensors(link: _LinkState) -> dict[str, Any]:
 
 
 def _broadcast_object(link: _LinkState, obj: Any) -> Any:
-    """Broadcast a small picklable object from rank 0 (length first, then bytes)."""
+    """Broadcast a small picklable object from rank 0 (length first, then bytes).
+
+    The bytes end with an HMAC of the pickle under the run's secret; a receiver checks it before
+    unpickling, so a process that slipped into the link's rendezvous (an open TCP store) cannot
+    make a worker unpickle its bytes."""
     import torch
 
+    if link.secret is None:
+        raise SchedulerError(f"link {link.name!r}: no run secret in this worker (not started by a WorkerGroup)")
     if link.rank == 0:
-        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8).to(link.device)
+        blob = pickle.dumps(obj)
+        blob += link.secret.mac(b"link", link.name.encode(), blob)
+        data = torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(link.device)
         size = torch.tensor([data.numel()], dtype=torch.int64, device=link.device)
     else:
         size = torch.zeros(1, dtype=torch.int64, device=link.device)
@@ -343,4 +356,11 @@ def _broadcast_object(link: _LinkState, obj: Any) -> Any:
     if link.rank != 0:
         data = torch.empty(int(size.item()), dtype=torch.uint8, device=link.device)
     link.process_group.broadcast(data, 0).wait()
-    return obj if link.rank == 0 else pickle.loads(data.cpu().numpy().tobytes())
+    if link.rank == 0:
+        return obj
+    blob = data.cpu().numpy().tobytes()
+    blob, mac = blob[:-_MAC_BYTES], blob[-_MAC_BYTES:]
+    if not hmac.compare_digest(mac, link.secret.mac(b"link", link.name.encode(), blob)):
+        raise SchedulerError(f"link {link.name!r}: a header without the run's proof arrived; refused unread "
+                             "(is a process outside the run on the link's rendezvous port?)")
+    return pickle.loads(blob)

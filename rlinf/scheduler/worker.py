@@ -196,8 +196,12 @@ class Worker:
         from rlinf.scheduler.pipe import PipeEnds
 
         if not hasattr(self, "_rlinf_pipes"):
-            self._rlinf_pipes = PipeEnds()
+            self._rlinf_pipes = PipeEnds(self.__dict__.get("_rlinf_secret"))
         return self._rlinf_pipes
+
+    def _rlinf_pipe_refused(self) -> dict[str, int]:
+        """Connections this worker's pipe listeners refused (failed handshakes), per pipe name."""
+        return dict(self._rlinf_pipe_ends().refused)
 
     def _rlinf_pipe_listen(self, name, host, expected, peer_group):
         return self._rlinf_pipe_ends().listen(name, host, expected, peer_group)
@@ -238,8 +242,8 @@ class Worker:
 
         if not hasattr(self, "_rlinf_links"):
             self._rlinf_links = {}
-        self._rlinf_links[name] = join_link(name, rank, world_size, addr, port, backend,
-                                            bucket_bytes, timeout_s, self.device, one_host)
+        self._rlinf_links[name] = join_link(name, rank, world_size, addr, port, backend, bucket_bytes,
+                                            timeout_s, self.device, one_host, self.__dict__.get("_rlinf_secret"))
 
     def _rlinf_link_path(self, name: str) -> str:
         """How link ``name`` moves tensors: ``in place`` (receivers read the source's memory),

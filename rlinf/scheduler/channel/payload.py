@@ -10,6 +10,10 @@ first. Small tensors that are views of a much larger storage are copied before p
 would ship the whole storage); a tensor that appears twice in one item travels once. Containers
 (dict and its subclasses, lists, tuples, namedtuples) come back as the same types.
 
+Who may hand bytes to :func:`unpack_many`: items reach it through Ray (whose connections are
+Ray's to authenticate) or through the channel's same-node Unix socket, whose server and client
+accept only peers of this user (``SO_PEERCRED``, :mod:`.fast_path`); nothing here reads a socket.
+
 Measured choice (bench/bench_channel.py): for 64 MiB and more the object store beat a fresh POSIX
 shared-memory segment per item (which pays page faults on every write) by 2.7-6x.
 

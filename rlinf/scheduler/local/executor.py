@@ -64,7 +64,7 @@ def copy_value(value: Any) -> Any:
             return pickle.loads(pickle.dumps(value, protocol=5))
         except Exception:  # noqa: BLE001
             return value
-    except Exception:  # noqa: BLE001 - unpicklable (a lock, a socket): hand it over as is
+    except Exception:  # noqa: BLE001 - unpicklable (a lock, an open connection): hand it over as is
         return value
 
 
