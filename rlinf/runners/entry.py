@@ -54,9 +54,12 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
 
 def one_line(exc: BaseException) -> str:
     """A scheduler error in one line: who (group[rank], node, method) and the exception's last
-    line (a worker's remote traceback ends with it)."""
-    from rlinf.scheduler.errors import WorkerError
+    line (a worker's remote traceback ends with it); an out-of-memory error is its own one line
+    (who, the cause, the memory figures, what to lower, the last peak)."""
+    from rlinf.scheduler.errors import OutOfMemoryError, WorkerError
 
+    if isinstance(exc, OutOfMemoryError):
+        return str(exc)
     if isinstance(exc, WorkerError):
         lines = [line for line in exc.remote_traceback.strip().splitlines() if line.strip()]
         return f"{exc.worker} on node {exc.node} raised in {exc.method}(): {lines[-1].strip() if lines else ''}"

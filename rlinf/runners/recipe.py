@@ -108,6 +108,7 @@ def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str
 def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
     """One attempt: checks before Ray, cluster, logger, groups, runner, fit, shutdown."""
     from rlinf.runners.launch import start_cluster
+    from rlinf.scheduler.errors import OutOfMemoryError
 
     start = recipe.prepare(raw)
     cluster, plan = start_cluster(start.cfg, print_fn)
@@ -119,6 +120,9 @@ def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, 
         groups = recipe.launch(start, cluster, plan, print_fn)
         runner = recipe.build_runner(start, groups, logger, print_fn)
         return runner.run(print_fn)
+    except OutOfMemoryError as exc:  # the one line says how far the run got
+        exc.steps_done = getattr(runner, "step", None)
+        raise
     finally:
         if runner is not None:
             runner.close()

@@ -52,15 +52,72 @@ class PeerDiedError(WorkerDiedError):
         self.noticed_by = survivor_error.worker
         self.survivor_error = survivor_error
         lines = [line for line in survivor_error.remote_traceback.strip().splitlines() if line.strip()]
+        head = str(dead) if isinstance(dead, OutOfMemoryError) else \
+            f"{dead.worker} on node {dead.node} is dead ({_detail(dead)})"
         SchedulerError.__init__(
-            self, f"{dead.worker} on node {dead.node} is dead ({_detail(dead)}); "
-                  f"{survivor_error.worker} noticed it in {survivor_error.method}(): "
+            self, f"{head}; {survivor_error.worker} noticed it in {survivor_error.method}(): "
                   f"{lines[-1] if lines else 'no message'}")
 
 
 def _detail(err: WorkerDiedError) -> str:
     text = str(err)
     return text.split("): ", 1)[1] if "): " in text else text
+
+
+class OutOfMemoryError(SchedulerError):
+    """A worker ran out of memory: killed for it (:class:`OutOfMemoryKilledError`) or a call
+    raised it (:class:`OutOfMemoryRaisedError`). Its message is one line::
+
+        actor[1] on node 0 ran out of memory in update() (killed by the kernel's OOM killer: ...;
+        node 0: 22.9/23.5 GiB used, 0.6 available; actor[1]'s last peak 20.1 GiB RSS)
+
+    Attributes:
+        worker, node, method: who and in which call.
+        device: True for GPU memory.
+        cause: what killed it or what it raised (one phrase).
+        memory: the node's (or GPU's) memory figures, e.g. ``node 0: 22.9/23.5 GiB used, 0.6
+            available`` (None when unknown).
+        peak: the worker's last peak, e.g. ``20.1 GiB RSS`` (None when it never answered).
+        hint: the sizes the step was given and what to lower (None when the step gave none).
+        steps_done: training steps finished when it happened (set by the runner; None: unknown).
+    """
+
+    def _setup(self, worker: str, node: int, method: str, cause: str, *, device: bool = False,
+               memory: str | None = None, peak: str | None = None, hint: str | None = None) -> None:
+        self.worker, self.node, self.method = worker, node, method
+        self.device, self.cause, self.memory, self.peak, self.hint = device, cause, memory, peak, hint
+        self.steps_done: int | None = None
+        SchedulerError.__init__(self, self.summary())
+
+    def summary(self) -> str:
+        """The parenthesis of the message: cause; memory figures; hint; last peak."""
+        parts = [self.cause, self.memory or "node memory unknown", self.hint,
+                 f"{self.worker}'s last peak {self.peak}" if self.peak else f"{self.worker}'s peak unknown"]
+        return "; ".join(p for p in parts if p)
+
+    def __str__(self) -> str:
+        what = "GPU memory" if self.device else "memory"
+        when = f" after {self.steps_done} training steps" if self.steps_done is not None else ""
+        return f"{self.worker} on node {self.node} ran out of {what} in {self.method}(){when} ({self.summary()})"
+
+
+class OutOfMemoryKilledError(OutOfMemoryError, WorkerDiedError):
+    """A worker killed for memory: by Ray's memory monitor, or by the kernel's OOM killer (told by
+    the kernel log or a kill counter of its node; a plain SIGKILL stays a :class:`WorkerDiedError`)."""
+
+    def __init__(self, worker: str, node: int, method: str, cause: str, **figures):
+        self._setup(worker, node, method, cause, **figures)
+
+
+class OutOfMemoryRaisedError(OutOfMemoryError, WorkerError):
+    """A worker's call raised ``MemoryError`` or a CUDA out-of-memory error; the process lives.
+
+    Attributes (besides :class:`OutOfMemoryError`'s): remote_traceback.
+    """
+
+    def __init__(self, worker: str, node: int, method: str, cause: str, remote_traceback: str, **figures):
+        self.remote_traceback = remote_traceback
+        self._setup(worker, node, method, cause, **figures)
 
 
 class CallTimeoutError(SchedulerError, TimeoutError):

@@ -6,7 +6,14 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from rlinf.scheduler.errors import CallTimeoutError, PeerDiedError, WorkerDiedError, WorkerError
+from rlinf.scheduler.errors import (
+    CallTimeoutError,
+    OutOfMemoryRaisedError,
+    PeerDiedError,
+    WorkerDiedError,
+    WorkerError,
+)
+from rlinf.scheduler.memory_report import MemorySample, short_cause
 
 if TYPE_CHECKING:
     from rlinf.scheduler.worker_group import WorkerGroup
@@ -112,29 +119,34 @@ class GroupCall:
             from rlinf.scheduler.local.executor import InitFailed
 
             try:
-                value, error, elapsed = get()
+                value, error, elapsed, *memory = get()
             except InitFailed as exc:  # the in-process worker's __init__ raised
                 raise WorkerError(worker, node, "__init__", exc.text) from None
             except Exception as exc:  # noqa: BLE001 - e.g. a call to a shut-down group
                 raise WorkerDiedError(worker, node, self.method, _first_line(exc)) from None
-            self._deliver(rank, worker, node, value, error, elapsed)
+            self._deliver(rank, worker, node, value, error, elapsed, *memory)
             return
         import ray
 
         try:
-            value, error, elapsed = get()
+            value, error, elapsed, *memory = get()
         except ray.exceptions.RayActorError as exc:
             if exc.actor_init_failed:
                 # The worker's __init__ raised: report it like any other worker exception.
                 raise WorkerError(worker, node, "__init__", _strip_ansi(exc.error_msg)) from None
-            raise WorkerDiedError(worker, node, self.method, _first_line(exc)) from None
+            raise self.group.death_error(rank, self.method, _strip_ansi(str(exc))) from None
+        except ray.exceptions.OutOfMemoryError as exc:  # Ray's memory monitor killed the worker
+            raise self.group.death_error(rank, self.method, str(exc), monitor=True) from None
         except ray.exceptions.RayError as exc:
             raise WorkerError(worker, node, self.method, str(exc)) from None
-        self._deliver(rank, worker, node, value, error, elapsed)
+        self._deliver(rank, worker, node, value, error, elapsed, *memory)
 
-    def _deliver(self, rank: int, worker: str, node: int, value: Any, error: str | None, elapsed: float) -> None:
+    def _deliver(self, rank: int, worker: str, node: int, value: Any, error: str | None, elapsed: float,
+                 memory: MemorySample | None = None) -> None:
+        if memory is not None:
+            self.group.last_memory[rank] = memory
         if error is not None:
-            failure = WorkerError(worker, node, self.method, error)
+            failure = _raised(worker, node, self.method, error, memory)
             dead = self._dead_peer()
             if dead is not None:  # the survivor's error is a symptom: name the dead worker
                 raise PeerDiedError(dead, failure) from None
@@ -158,6 +170,23 @@ class GroupCall:
         if self.wall_time is None:
             self.wall_time = time.perf_counter() - self._submitted
         return [self.results_by_rank[r] for r in self.ranks]
+
+
+def _raised(worker: str, node: int, method: str, error: str, memory: MemorySample | None) -> WorkerError:
+    """The driver's error for a call that raised: :class:`OutOfMemoryRaisedError` when the
+    worker's sample says it ran out of memory, else :class:`WorkerError`."""
+    if memory is None or memory.oom is None:
+        return WorkerError(worker, node, method, error)
+    device = memory.oom == "device"
+    if device and memory.device is not None:
+        used, total = memory.device
+        figures = f"its GPU: {used / 2**30:.1f}/{total / 2**30:.1f} GiB used"
+    else:
+        figures = memory.node.describe(node) if memory.node is not None else None
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return OutOfMemoryRaisedError(worker, node, method, short_cause(lines[-1] if lines else "MemoryError"), error,
+                                  device=device, memory=figures, peak=memory.describe_peak(),
+                                  hint=memory.hint.describe() if memory.hint is not None else None)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,6 +23,8 @@ import time
 import traceback
 from typing import Any
 
+from rlinf.scheduler.memory_report import worker_memory
+
 # Keys of the environment a worker process is started with (see WorkerGroup).
 ENV_GROUP = "RLINF_GROUP_NAME"
 ENV_NODE_RANK = "RLINF_NODE_RANK"
@@ -258,9 +260,11 @@ class Worker:
         return self.device.type
 
     def _rlinf_call(self, _rlinf_method: str, /, *args: Any, **kwargs: Any) -> tuple:
-        """Run one method; returns ``(value, formatted error or None, seconds)``.
+        """Run one method; returns ``(value, formatted error or None, seconds, memory sample)``.
 
-        A plain tuple and Ray's own argument passing: this wrapper sits on every group call.
+        A plain tuple and Ray's own argument passing: this wrapper sits on every group call. The
+        :class:`~rlinf.scheduler.memory_report.MemorySample` lets the driver name an out-of-memory
+        failure (and the last peak of a worker that is gone).
         """
         start = time.perf_counter()
         try:
@@ -268,8 +272,8 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - the driver re-raises it with the worker's name
             # Drop this wrapper's own frame: the traceback starts in the user's method.
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
-            return None, text, time.perf_counter() - start
-        return value, None, time.perf_counter() - start
+            return None, text, time.perf_counter() - start, worker_memory(exc)
+        return value, None, time.perf_counter() - start, worker_memory()
 
     def _rlinf_ping(self) -> tuple[str, int]:
         import ray  # local mode answers pings without calling this

@@ -15,11 +15,13 @@ Example (needs Ray; see ``docs/scheduler.md`` for a full walk-through):
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from rlinf.scheduler.cluster import WORKER_ENV, Cluster, free_port_on
+from rlinf.scheduler.errors import OutOfMemoryKilledError, WorkerDiedError
 from rlinf.scheduler.group_call import GroupCall
 from rlinf.scheduler.placement import ComponentPlacement
 from rlinf.scheduler.worker import (
@@ -47,6 +49,10 @@ class WorkerGroup:
         self.cluster, self.placement, self.name = cluster, placement, name
         self.worker_cls = worker_cls
         self.actors = actors
+        #: rank -> the :class:`~rlinf.scheduler.memory_report.MemorySample` of its last answer
+        self.last_memory: dict = {}
+        self._last_method: dict[int, str] = {}
+        self._deaths: dict = {}  # rank -> (DeathVerdict, method): a dead worker is examined once
 
     @classmethod
     def launch(
@@ -166,6 +172,7 @@ class WorkerGroup:
                              "argument tuples were given")
         refs = [self._submit(actor, method, tuple(args), kwargs)
                 for actor, args in zip(self.actors, per_rank_args)]
+        self._last_method.update(dict.fromkeys(range(self.world_size), method))
         return GroupCall(self, method, list(range(self.world_size)), refs)
 
     def _execute(self, method: str, *args: Any, ranks: Sequence[int] | None = None,
@@ -177,6 +184,8 @@ class WorkerGroup:
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"ranks {ranks} of {self.name} name a rank twice")
         refs = [self._submit(self.actors[r], method, args, kwargs, _control) for r in ranks]
+        if not _control:
+            self._last_method.update(dict.fromkeys(ranks, method))
         return GroupCall(self, method, ranks, refs)
 
     @property
@@ -205,6 +214,48 @@ class WorkerGroup:
         """
         self._execute("_rlinf_ping", _control=True).wait(timeout=timeout)
 
+    def death_error(self, rank: int, method: str, ray_text: str, monitor: bool = False) -> WorkerDiedError:
+        """The error for rank ``rank``, which Ray reports dead with ``ray_text`` (``monitor``:
+        Ray's memory monitor killed it): :class:`~rlinf.scheduler.errors.OutOfMemoryKilledError`
+        when it was killed for memory, else :class:`~rlinf.scheduler.errors.WorkerDiedError`.
+
+        The first report examines the worker's node (:func:`~rlinf.scheduler.memory_report.
+        judge_death`); later ones (other calls, liveness pings) repeat that verdict and the call it
+        died in.
+        """
+        from rlinf.scheduler.memory_report import judge_death
+
+        worker, node = f"{self.name}[{rank}]", self.placement.processes[rank].node
+        if method.startswith("_rlinf_"):  # a ping noticed it: name the call it was running
+            method = self._last_method.get(rank, method)
+        last = self.last_memory.get(rank)
+        if rank not in self._deaths:
+            self._deaths[rank] = (judge_death(ray_text, monitor, last, lambda pid: self._probe(node, pid)), method)
+        verdict, method = self._deaths[rank]  # later calls name the call it died in
+        if not verdict.out_of_memory:
+            return WorkerDiedError(worker, node, method, verdict.cause)
+        return OutOfMemoryKilledError(
+            worker, node, method, verdict.cause,
+            memory=verdict.node_memory.describe(node) if verdict.node_memory is not None else None,
+            peak=f"{last.describe_peak()} (at its last answer)" if last is not None else None)
+
+    def _probe(self, node: int, pid: int | None, timeout: float = 20.0):
+        """:func:`~rlinf.scheduler.memory_report.probe_node` on placement node ``node`` (a Ray
+        task pinned there; in this process in local mode); None when it does not answer."""
+        from rlinf.scheduler.memory_report import probe_node
+
+        if self.is_local:
+            return probe_node(pid)
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        try:
+            task = _probe_task().options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(self.cluster.node(node).node_id, soft=False))
+            return ray.get(task.remote(pid), timeout=timeout)
+        except Exception:  # noqa: BLE001 - a node that is gone or slow: judged without it
+            return None
+
     def shutdown(self) -> None:
         """Kill every process of the group (local mode: stop its threads taking calls)."""
         if self.is_local:
@@ -220,3 +271,12 @@ class WorkerGroup:
             except Exception:  # noqa: BLE001 - already dead is fine
                 pass
         self.actors = []
+
+
+@functools.cache
+def _probe_task():
+    import ray
+
+    from rlinf.scheduler.memory_report import probe_node
+
+    return ray.remote(num_cpus=0, max_retries=0)(probe_node)

@@ -33,6 +33,7 @@ from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.objectives.embodied import embodied_ppo_loss
 from rlinf.scheduler import Worker
+from rlinf.workers.memory_hints import embodied_train_step
 
 #: The tensor link the actor's rank 0 sends policy weights on.
 POLICY_LINK = "actor_to_rollout_policy"
@@ -80,6 +81,7 @@ class EmbodiedActorWorker(Worker):
         self.step = 0
         self.generator = torch.Generator().manual_seed(actor.seed + self.rank)
 
+    @embodied_train_step
     def update(self, shard: EmbodiedBatch, num_minibatches: int) -> dict[str, float]:
         """PPO passes over this rank's shard; returns the mean of every micro-batch's metrics plus
         ``grad_norm`` (mean over optimizer steps), ``approx_kl`` (mean over minibatches),

@@ -16,6 +16,7 @@ from rlinf.objectives.llm import make_loss_fn
 from rlinf.scheduler import Worker
 from rlinf.workers.actor.flops import flops_metrics
 from rlinf.workers.engine_state import load_engine, save_engine
+from rlinf.workers.memory_hints import forward_step, train_step
 
 #: The tensor link name the actor's rank 0 sends weights on (rollout ranks receive on it).
 WEIGHT_LINK = "actor_to_rollout"
@@ -51,11 +52,13 @@ class FSDPActorWorker(Worker):
                                      total_steps=total_steps, train_entropy=False)
                           if algorithm.kl_beta > 0 and with_reference else None)
 
+    @forward_step
     def compute_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs ``[b, R]`` of this rank's shard under the current weights."""
         logprobs, _ = self.engine.compute_logprobs(shard, self.algorithm.logprob_forward_micro_batch_size)
         return logprobs
 
+    @forward_step
     def compute_ref_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs ``[b, R]`` under the frozen initial policy (needs ``kl_beta > 0``)."""
         if self.reference is None:
@@ -63,6 +66,7 @@ class FSDPActorWorker(Worker):
         logprobs, _ = self.reference.compute_logprobs(shard, self.algorithm.logprob_forward_micro_batch_size)
         return logprobs
 
+    @train_step
     def update(self, shard: RolloutBatch, minibatch_tokens: list[int]) -> dict[str, float]:
         """``n_minibatches`` optimizer steps over this rank's shard; metrics of the last one
         plus the means of all of them."""

@@ -25,6 +25,7 @@ from rlinf.objectives.batching import micro_batches
 from rlinf.objectives.llm import make_loss_fn
 from rlinf.workers.actor.flops import flops_metrics
 from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
+from rlinf.workers.memory_hints import forward_step, train_step
 
 
 class MegatronActorWorker(FSDPActorWorker):
@@ -63,16 +64,19 @@ class MegatronActorWorker(FSDPActorWorker):
         logprobs, _ = engine.compute_logprobs(replica.batch, self.algorithm.logprob_forward_micro_batch_size)
         return logprobs[replica.start:replica.stop, :replica.response_width]
 
+    @forward_step
     def compute_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs ``[b, R]`` of this rank's shard under the current weights."""
         return self._replica_logprobs(self.engine, shard)
 
+    @forward_step
     def compute_ref_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs ``[b, R]`` under the frozen initial policy (needs ``kl_beta > 0``)."""
         if self.reference is None:
             raise RuntimeError("reference log-probs need algorithm.kl_beta > 0")
         return self._replica_logprobs(self.reference, shard)
 
+    @train_step
     def update(self, shard: RolloutBatch, minibatch_tokens: list[int]) -> dict[str, float]:
         """``n_minibatches`` optimizer steps; minibatch ``i`` of a replica is the union of its
         ranks' ``i``-th chunks. Returns the means over the steps (the same on every rank)."""

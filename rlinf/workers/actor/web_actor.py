@@ -18,6 +18,7 @@ from rlinf.objectives.batching import micro_batches
 from rlinf.objectives.llm import make_loss_fn
 from rlinf.objectives.web import sft_loss_fn
 from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
+from rlinf.workers.memory_hints import web_train_step
 
 
 class WebActorWorker(FSDPActorWorker):
@@ -53,6 +54,7 @@ class WebActorWorker(FSDPActorWorker):
         self.micro_batch_size = micro_batch_size
         self.loss_fn = sft_loss_fn if method == "filtered_sft" else make_loss_fn(algorithm)
 
+    @web_train_step
     def train_steps(self, minibatches: list[RolloutBatch], total_tokens: list[int]) -> list[dict[str, float]]:
         """One optimizer step per entry of ``minibatches`` (this rank's part of each step's
         samples; ``total_tokens[i]`` = response tokens of step ``i`` over all ranks). Returns

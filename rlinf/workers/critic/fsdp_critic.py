@@ -22,6 +22,7 @@ from rlinf.engines.training.fsdp_value import FSDPValueEngine
 from rlinf.objectives.batching import micro_batches
 from rlinf.scheduler import Worker
 from rlinf.workers.engine_state import load_engine, save_engine
+from rlinf.workers.memory_hints import forward_step, train_step
 
 
 def critic_engine_config(actor: ActorConfig, critic: CriticConfig) -> ActorConfig:
@@ -75,11 +76,13 @@ class FSDPCriticWorker(Worker):
         self.loss_fn = value_loss_fn(critic.value_clip, algorithm.loss_agg_func)
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
 
+    @forward_step
     def compute_values(self, shard: RolloutBatch) -> torch.Tensor:
         """Values ``[b, R]`` of this rank's shard under the current value model."""
         values, _ = self.engine.compute_logprobs(shard, self.algorithm.logprob_forward_micro_batch_size)
         return values
 
+    @train_step
     def update(self, shard: RolloutBatch, minibatch_tokens: list[int]) -> dict[str, float]:
         """``n_minibatches`` optimizer steps on this rank's shard (``values`` = old values,
         ``returns`` = targets); the means over the steps, as ``critic/...``."""

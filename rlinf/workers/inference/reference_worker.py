@@ -14,6 +14,7 @@ from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.fsdp import FSDPEngine
 from rlinf.scheduler import Worker
+from rlinf.workers.memory_hints import forward_step
 
 
 class ReferenceWorker(Worker):
@@ -31,6 +32,7 @@ class ReferenceWorker(Worker):
         self.engine = FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
                                  total_steps=1, train_entropy=False)
 
+    @forward_step
     def compute_ref_logprobs(self, shard: RolloutBatch) -> torch.Tensor:
         """Log-probs ``[b, R]`` of this rank's shard under the initial policy."""
         logprobs, _ = self.engine.compute_logprobs(shard, self.micro_batch_size)

@@ -22,6 +22,7 @@ from rlinf.engines.rollout.factory import make_rollout_engine
 from rlinf.engines.rollout.stops import cut_at_stop
 from rlinf.scheduler import Channel, Worker
 from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
+from rlinf.workers.memory_hints import generate_step
 
 
 class GenerationWorker(Worker):
@@ -47,6 +48,7 @@ class GenerationWorker(Worker):
         self.engine = make_rollout_engine(cfg.engine_backend, model_path, cfg)
         self.policy_version = 0
 
+    @generate_step
     def generate(self, prompts: PromptBatch, sampling: SamplingParams, n: int,
                  seed: int | None = None, chunk_prompts: int | None = None) -> RolloutBatch:
         """``n`` responses per prompt, group-major, with behaviour log-probs (and text with
