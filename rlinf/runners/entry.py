@@ -28,7 +28,9 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
     ``<recipe.summary_label>: first X% -> last Y% (+Z points)`` from the summary's
     ``val/first_<metric>`` / ``val/last_<metric>``; a :class:`ConfigError` or a
     :class:`~rlinf.scheduler.ClusterError` (the cluster cannot host the placement) exits with
-    code 2 and one line, a failed worker with code 1 and one line (details in a file)."""
+    code 2 and one line, a failed worker with code 1 and one line (details in a file), a full disk
+    during a checkpoint with code 1 and one line saying where."""
+    from rlinf.runners.checkpoint import CheckpointDiskFull
     from rlinf.runners.recipe import run_recipe
     from rlinf.scheduler.errors import ClusterError, SchedulerError
 
@@ -41,6 +43,9 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
     except ClusterError as exc:
         print(f"cluster error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except CheckpointDiskFull as exc:  # the disk is full: no error log either, one line
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except SchedulerError as exc:  # a worker raised or died: one line here, the rest in a file
         print(f"error: {one_line(exc)} (details: {write_error_log(cfg, exc)})", file=sys.stderr)
         sys.exit(1)

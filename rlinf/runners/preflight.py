@@ -6,7 +6,7 @@ into one ``config error: <key>: ...`` line and exit code 2. Nothing is written: 
 folder is created, no checkpoint touched, and Ray is not started.
 
 * every recipe: output and log folders (``runner.output_dir``, ``runner.logger.log_path``, video
-  folders) must be folders or creatable; ``runner.resume_dir`` must hold a complete checkpoint;
+  folders) must be folders or creatable; ``runner.resume_dir`` must hold a complete checkpoint whose files match its manifest;
   ``cluster.num_nodes`` must fit the cluster the run will use
   (:func:`~rlinf.scheduler.cluster.check_cluster_before_start`).
 * math (:func:`rlinf.runners.math.preflight.prepare_math`): model folders hold a config, weights

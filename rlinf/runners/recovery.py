@@ -10,10 +10,15 @@
 * ``auto``: both: a run that finds a checkpoint of its own folder resumes from it (so rerunning
   the same command after the driver was killed continues), and failures restart as with fault.
 
-A checkpoint counts only once its ``trainer_state.json`` is written (last), so a checkpoint cut
-short by the failure is never loaded. Resuming truncates ``metrics.jsonl`` and tensorboard after
-the checkpointed step, so the metrics continue from there without duplicates. Checkpoints can
-also be taken by wall time (``runner.save_interval_secs``), which bounds the work a failure loses.
+A checkpoint counts only once its ``trainer_state.json`` is written (last) and its folder renamed
+into place, so a checkpoint cut short by the failure is never loaded. Every automatic resume
+checks the checkpoint's manifest first (before any worker starts): a damaged latest checkpoint (a file missing,
+truncated or altered) is skipped for the previous one that checks out, said in one line. A
+``runner.resume_dir`` named by hand is never replaced: a damaged one is refused.
+
+Resuming truncates ``metrics.jsonl`` and tensorboard after the checkpointed step, so the metrics
+continue from there without duplicates. Checkpoints can also be taken by wall time
+(``runner.save_interval_secs``), which bounds the work a failure loses.
 
 Each recipe says where its checkpoints are and how a restart resumes
 (:meth:`~rlinf.runners.recipe.Recipe.recovery`, :meth:`~rlinf.runners.recipe.Recipe.with_resume`);
@@ -74,14 +79,37 @@ def runner_recovery(raw: dict) -> Recovery:
                     explicit_resume=bool(runner.resume_dir))
 
 
-def latest_checkpoint(folder: str) -> str | None:
-    """The latest complete ``global_step_<N>`` folder under ``folder``, or None."""
+def latest_checkpoint(folder: str, say: Callable[[str], None] | None = None,
+                      label: str = "recover_mode") -> str | None:
+    """The latest complete checkpoint under ``folder`` that passes its checks
+    (:func:`~rlinf.runners.checkpoint.check_checkpoint`: trainer state, manifest), or None. Damaged
+    ones are skipped for the one before; ``say`` gets one line about them (once per damaged folder
+    and process, so the checks of a later attempt stay quiet), starting with ``[rlinf] <label>:``."""
     if not os.path.isdir(folder):
         return None
-    try:
-        return ckpt.resolve_resume_dir(folder)
-    except ConfigError:
-        return None
+    skipped = []
+    found = None
+    for _, step_dir in ckpt.complete_steps(folder):
+        try:
+            ckpt.check_checkpoint(step_dir)
+        except ConfigError as exc:
+            why = str(exc).removeprefix("runner.resume_dir: ")
+            skipped.append((step_dir, why.replace(f"; {ckpt.DAMAGED_HINT}", "").replace(f": {ckpt.DAMAGED_HINT}", "")))
+            continue
+        found = step_dir
+        break
+    fresh = [(d, why) for d, why in skipped if d not in _REPORTED]
+    if fresh and say is not None:
+        _REPORTED.update(d for d, _ in fresh)
+        where = f"resuming from {found} instead" if found else "no earlier complete checkpoint"
+        more = f" (and {len(fresh) - 1} more damaged checkpoint(s) skipped)" if len(fresh) > 1 else ""
+        say(f"[rlinf] {label}: {os.path.basename(fresh[0][0])} is damaged ({fresh[0][1]}){more}; "
+            f"{where}")
+    return found
+
+
+#: damaged checkpoints already reported by :func:`latest_checkpoint` in this process
+_REPORTED: set[str] = set()
 
 
 def with_resume_dir(raw: dict, path: str | None) -> dict:
@@ -100,7 +128,7 @@ def run_with_recovery(recipe, raw: Any, run_once: Callable[[dict], dict], print_
     if mode == "disabled":
         return run_once(plain)
     if mode in ("auto", "resume") and not rec.explicit_resume:
-        found = latest_checkpoint(rec.checkpoints)
+        found = latest_checkpoint(rec.checkpoints, print_fn, f"recover_mode {mode}")
         if found is None and mode == "resume":
             raise ConfigError("runner.recover_mode", f"resume: no complete checkpoint in {rec.checkpoints}")
         if found is not None:
@@ -116,7 +144,7 @@ def run_with_recovery(recipe, raw: Any, run_once: Callable[[dict], dict], print_
             if mode not in ("auto", "fault") or attempts >= rec.retries:
                 raise
             attempts += 1
-            found = latest_checkpoint(rec.checkpoints)
+            found = latest_checkpoint(rec.checkpoints, print_fn, f"recover_mode {mode}")
             where = f"from {found}" if found else "from the start (no complete checkpoint yet)"
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             print_fn(f"[rlinf] recover_mode {mode}: {first}; restarting {where} "

@@ -27,6 +27,8 @@ import os
 
 import torch.distributed as dist
 
+from rlinf.engines.training.collective_save import on_rank0
+
 RECORD_FILE = "engine_state.json"
 TAG = "deepspeed"
 FORMAT = "rlinf-deepspeed-1"
@@ -44,14 +46,13 @@ def _files(folder: str) -> dict[str, int]:
 def save_ds_checkpoint(engine, path: str, *, step: int, stage: int) -> None:
     """Collective: DeepSpeed's checkpoint under ``path/deepspeed``, then rank 0 writes the record."""
     record = os.path.join(path, RECORD_FILE)
-    if dist.get_rank() == 0:
+
+    def clear():
         os.makedirs(path, exist_ok=True)
         if os.path.exists(record):
             os.remove(record)
-    dist.barrier()
-    engine.save_checkpoint(path, tag=TAG, client_state={"rlinf_step": step}, save_latest=False)
-    dist.barrier()
-    if dist.get_rank() == 0:
+
+    def write_record():
         state = {"format": FORMAT, "step": step, "world_size": dist.get_world_size(), "zero_stage": stage,
                  "files": _files(os.path.join(path, TAG))}
         tmp = record + ".tmp"
@@ -60,7 +61,11 @@ def save_ds_checkpoint(engine, path: str, *, step: int, stage: int) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, record)
+
+    on_rank0(clear)  # a failure on rank 0 (a full disk) ends the save on every rank
+    engine.save_checkpoint(path, tag=TAG, client_state={"rlinf_step": step}, save_latest=False)
     dist.barrier()
+    on_rank0(write_record)
 
 
 def read_record(path: str) -> dict:

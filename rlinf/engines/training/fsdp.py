@@ -59,6 +59,7 @@ from torch.distributed.fsdp import FSDPModule
 from rlinf.config.actor import ActorConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.base import LossFn, TrainingEngine
+from rlinf.engines.training.collective_save import on_rank0
 from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded, write_hf_folder
 from rlinf.engines.training.fsdp_utils import (
     apply_liger,
@@ -303,9 +304,7 @@ class FSDPEngine(TrainingEngine):
             from rlinf.engines.training.lora import write_adapter
 
             adapter = self.adapter_state_dict()
-            if self.rank == 0:
-                write_adapter(adapter, self.lora_config, os.path.join(path, "lora_adapter"))
-            dist.barrier()
+            on_rank0(lambda: write_adapter(adapter, self.lora_config, os.path.join(path, "lora_adapter")))
 
     def load_checkpoint(self, path: str) -> None:
         """Restore :meth:`save_checkpoint`'s state (DCP reshards, so the world size may differ).

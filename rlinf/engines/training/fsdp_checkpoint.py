@@ -15,23 +15,33 @@ import shutil
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from rlinf.engines.training.collective_save import on_rank0, plain_dcp_error
 
 ENGINE_STATE_FILE = "engine_state.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".index.json")
 
 
 def save_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: str, step: int) -> None:
-    """Collective: DCP-save model + optimizer to ``path``; rank 0 writes ``engine_state.json``."""
+    """Collective: DCP-save model + optimizer to ``path``; rank 0 writes ``engine_state.json``. A
+    failure on any rank (a full disk: an :class:`OSError` with its errno) raises on every rank."""
     had_state = bool(optimizer.state)
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
-    if not had_state:  # get_state_dict created zero Adam state; keep the live optimizer fresh
-        optimizer.state.clear()
-    if dist.get_rank() == 0:
+    try:
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+    except CheckpointException as exc:  # a BaseException: an ordinary one, errno kept (a full disk)
+        raise plain_dcp_error(exc) from None
+    finally:
+        if not had_state:  # get_state_dict created zero Adam state; keep the live optimizer fresh
+            optimizer.state.clear()
+
+    def write_state():
         with open(os.path.join(path, ENGINE_STATE_FILE), "w") as f:
             json.dump({"step": step, "world_size": dist.get_world_size()}, f)
-    dist.barrier()
+
+    on_rank0(write_state)  # a failure on rank 0 (a full disk) ends the save on every rank
 
 
 def load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: str) -> int:

@@ -265,13 +265,16 @@ class EmbodiedRunner(ScheduledRunner):
         return os.path.join(self.cfg.runner.output_dir, self.cfg.runner.experiment_name)
 
     def save_checkpoint(self) -> str:
+        """Actor state, the state statistics and the driver's state at the current step, whole or
+        not at all (:func:`~rlinf.runners.checkpoint.save_step`); returns the step folder."""
         self._settle()
-        step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)
-        self.groups.actor.save_checkpoint(os.path.join(step_dir, "actor")).wait()
-        self._save_state_norm(step_dir)
-        ckpt.write_trainer_state(step_dir, {"step": self.step, "rollouts": self._rollouts,
-                                            "history": self.history})
-        return step_dir
+
+        def write_parts(folder: str) -> None:
+            self.groups.actor.save_checkpoint(os.path.join(folder, "actor")).wait()
+            self._save_state_norm(folder)
+
+        return ckpt.save_step(os.path.join(self.run_dir, "checkpoints"), self.step, write_parts,
+                              {"step": self.step, "rollouts": self._rollouts, "history": self.history})
 
     def load_checkpoint(self, path: str) -> None:
         step_dir = ckpt.resolve_resume_dir(path)

@@ -190,16 +190,17 @@ class MathRunner(ScheduledRunner):
         return os.path.join(self.cfg.runner.output_dir, self.cfg.runner.experiment_name)
 
     def save_checkpoint(self) -> str:
-        """Actor state + driver state at the current step; returns the step folder."""
-        step_dir = ckpt.step_folder(os.path.join(self.run_dir, "checkpoints"), self.step)
-        self.groups.actor.save_checkpoint(os.path.join(step_dir, "actor")).wait()
-        if self.groups.critic is not None:
-            self.groups.critic.save_checkpoint(os.path.join(step_dir, "critic")).wait()
+        """Actor (and critic) state + driver state at the current step, whole or not at all
+        (:func:`~rlinf.runners.checkpoint.save_step`); returns the step folder."""
+        def write_parts(folder: str) -> None:
+            self.groups.actor.save_checkpoint(os.path.join(folder, "actor")).wait()
+            if self.groups.critic is not None:
+                self.groups.critic.save_checkpoint(os.path.join(folder, "critic")).wait()
+
         # prompts already handed to generations that run ahead are given out again on resume
         loader = self._ahead[0][1] if self._ahead else self.train.state_dict()
-        ckpt.write_trainer_state(step_dir, {"step": self.step, "train_loader": loader,
-                                            "history": self.history})
-        return step_dir
+        return ckpt.save_step(os.path.join(self.run_dir, "checkpoints"), self.step, write_parts,
+                              {"step": self.step, "train_loader": loader, "history": self.history})
 
     def load_checkpoint(self, path: str) -> None:
         """Resume from ``path`` (a step folder or a checkpoints folder: the latest step), then

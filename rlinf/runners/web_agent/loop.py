@@ -83,7 +83,7 @@ class WebAgentRunner(ScheduledRunner):
         self.total_steps = cfg.runner.iterations
         resume = start_iteration and actor is not None
         self.step = 0 if resume else start_iteration
-        self.schedule = web_schedule(cfg, ckpt.step_folder(self.checkpoints, start_iteration) if resume else None)
+        self.schedule = web_schedule(cfg, ckpt.step_path(self.checkpoints, start_iteration) if resume else None)
 
     # -- folders -------------------------------------------------------------------------------
     def _folder(self, split: str) -> str:
@@ -178,10 +178,10 @@ class WebAgentRunner(ScheduledRunner):
         return self.rollout_phase("test", self.step)[1]
 
     def save_checkpoint(self) -> str:
-        folder = ckpt.step_folder(self.checkpoints, self.step)
-        self.actor.execute("save_checkpoint", os.path.join(folder, "actor")).wait()
-        ckpt.write_trainer_state(folder, {"step": self.step, "metrics": self.history})
-        return folder
+        def write_parts(folder: str) -> None:
+            self.actor.execute("save_checkpoint", os.path.join(folder, "actor")).wait()
+
+        return ckpt.save_step(self.checkpoints, self.step, write_parts, {"step": self.step, "metrics": self.history})
 
     def load_checkpoint(self, path: str) -> None:
         """The actor's state after iteration K (``path``: its ``global_step_<K>`` folder), the

@@ -94,11 +94,13 @@ def check_deepspeed_file(cfg) -> None:
 
 def _resume_iteration(cfg) -> int:
     """The iterations already finished in ``save_path`` (``runner.resume: auto`` or
-    ``recover_mode`` auto / resume); a fresh run refuses a ``save_path`` that already holds saved
+    ``recover_mode`` auto / resume: the latest checkpoint whose manifest checks out; a damaged one
+    is skipped, said in one line); a fresh run refuses a ``save_path`` that already holds saved
     iterations."""
     import glob
 
     from rlinf.runners import checkpoint as ckpt
+    from rlinf.runners.recovery import latest_checkpoint
 
     folder = os.path.join(cfg.save_path, "checkpoints")
     saved = glob.glob(os.path.join(cfg.save_path, "*_trajectories", "iteration*_rank_*.pt"))
@@ -112,10 +114,5 @@ def _resume_iteration(cfg) -> int:
         done = [int(os.path.basename(p)[len("iteration"):].split("_")[0]) for p in saved
                 if os.path.basename(os.path.dirname(p)) == f"{cfg.env_config.split}_trajectories"]
         return max(done) if done else 0
-    if not os.path.isdir(folder):
-        return 0
-    try:
-        step_dir = ckpt.resolve_resume_dir(folder)
-    except ConfigError:
-        return 0
-    return int(ckpt.read_trainer_state(step_dir)["step"])
+    step_dir = latest_checkpoint(folder, print, "runner.resume auto")  # a damaged latest one: the one before
+    return 0 if step_dir is None else int(ckpt.read_trainer_state(step_dir)["step"])
