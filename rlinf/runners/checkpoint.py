@@ -157,6 +157,21 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
+def disk_full_line(exc: BaseException) -> str | None:
+    """What to say when ``exc`` ends a run on a full disk: the :class:`CheckpointDiskFull` message it
+    hides (an error raised while the run shut down after a failed save), else ``disk full: <exc>``;
+    None when ``exc`` is not about a full disk."""
+    if not is_disk_full(exc):
+        return None
+    seen, cur = set(), exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, CheckpointDiskFull):
+            return str(cur)
+        cur = cur.__context__ or cur.__cause__
+    return "disk full: " + " ".join(str(exc).split())
+
+
 def mount_of(path: str) -> str:
     """The mount point holding ``path`` (its nearest existing ancestor)."""
     path = os.path.abspath(path)

@@ -30,7 +30,7 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
     :class:`~rlinf.scheduler.ClusterError` (the cluster cannot host the placement) exits with
     code 2 and one line, a failed worker with code 1 and one line (details in a file), a full disk
     during a checkpoint with code 1 and one line saying where."""
-    from rlinf.runners.checkpoint import CheckpointDiskFull
+    from rlinf.runners.checkpoint import CheckpointDiskFull, disk_full_line
     from rlinf.runners.recipe import run_recipe
     from rlinf.scheduler.errors import ClusterError, SchedulerError
 
@@ -45,6 +45,12 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
         sys.exit(2)
     except CheckpointDiskFull as exc:  # the disk is full: no error log either, one line
         print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except OSError as exc:  # a full disk met elsewhere (logs), or while shutting down after a failed save
+        line = disk_full_line(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
         sys.exit(1)
     except SchedulerError as exc:  # a worker raised or died: one line here, the rest in a file
         print(f"error: {one_line(exc)} (details: {write_error_log(cfg, exc)})", file=sys.stderr)

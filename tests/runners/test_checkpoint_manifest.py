@@ -137,6 +137,19 @@ def test_a_full_disk_in_the_driver_removes_the_partial_save_and_says_where(tmp_p
     assert manifest.verify_manifest(first) == 2 and manifest.verify_manifest(second) == 2
 
 
+def test_a_full_disk_met_while_shutting_down_after_a_failed_save_still_names_the_checkpoint():
+    try:
+        try:
+            raise ckpt.CheckpointDiskFull("disk full while saving checkpoint global_step_3 to /x (0 B free on /)")
+        except ckpt.CheckpointDiskFull:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/x/metrics.jsonl") from None
+    except OSError as exc:
+        assert ckpt.disk_full_line(exc) == "disk full while saving checkpoint global_step_3 to /x (0 B free on /)"
+    full = OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), "/x/metrics.jsonl")
+    assert ckpt.disk_full_line(full) == "disk full: [Errno 122] Disk quota exceeded: '/x/metrics.jsonl'"
+    assert ckpt.disk_full_line(OSError(errno.EACCES, "Permission denied")) is None
+
+
 UNSHARE = shutil.which("unshare")
 SMALL_FS = textwrap.dedent("""
     import os, sys
