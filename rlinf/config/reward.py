@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,6 +16,25 @@ DEFAULT_JUDGE_TEMPLATE = (
     "You grade answers to math problems.\nProblem: {prompt}\nReference answer: {answer}\n"
     "Response: {response}\nReply with a single number: 1 if the response's final answer equals the "
     "reference answer, else 0.")
+
+
+_ENV_VAR_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+
+
+def check_env_var_name(value: str | None, key: str) -> None:
+    """A ``*_env_var`` key names an environment variable (upper case, digits, ``_``): a config never
+    holds a key itself (it is saved with the run), and the refusal never repeats the value.
+
+    >>> check_env_var_name("OPENAI_API_KEY", "openai_config.openai_api_key_env_var")
+    >>> check_env_var_name("sk-proj-abc123", "openai_config.openai_api_key_env_var")
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: openai_config.openai_api_key_env_var: expected the name of an environment variable (like OPENAI_API_KEY: upper-case letters, digits and _), not a key: export the key in that variable and name it here (a config is saved with the run, so it never holds a key)
+    """  # noqa: E501 - a doctest's expected output is one line
+    check(value is None or bool(_ENV_VAR_NAME.fullmatch(value)), key,
+          "expected the name of an environment variable (like OPENAI_API_KEY: upper-case letters, digits and _), "
+          "not a key: export the key in that variable and name it here (a config is saved with the run, so it "
+          "never holds a key)")
 
 
 @dataclass(frozen=True)
@@ -30,6 +50,9 @@ class OpenAIEndpointConfig:
     model: str | None = None
     openai_api_key_env_var: str | None = None
     base_url: str | None = None
+
+    def validate(self, path: str) -> None:
+        check_env_var_name(self.openai_api_key_env_var, f"{path}.openai_api_key_env_var")
 
 
 @dataclass(frozen=True)
@@ -52,6 +75,9 @@ class OpenAIConfig:
     keypoint_detection: OpenAIEndpointConfig = field(default_factory=OpenAIEndpointConfig)
     blocking_detection: OpenAIEndpointConfig = field(default_factory=OpenAIEndpointConfig)
     evaluation: OpenAIEndpointConfig = field(default_factory=OpenAIEndpointConfig)
+
+    def validate(self, path: str) -> None:
+        check_env_var_name(self.openai_api_key_env_var, f"{path}.openai_api_key_env_var")
 
     def endpoint(self, task: str) -> OpenAIEndpointConfig:
         """The endpoint of ``task``: its override over the defaults, every field filled.

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
-from rlinf.config.reward import OpenAIConfig
+from rlinf.config.reward import OpenAIConfig, check_env_var_name
 from rlinf.utils.typed_config import check
 
 #: the judge tasks of ``openai_config`` (seed 000's per-task overrides)
@@ -151,6 +151,7 @@ class WebOpenAIConfig(OpenAIConfig):
     on_failure: Literal["zero", "stop"] = "zero"
 
     def validate(self, path: str) -> None:
+        super().validate(path)
         check(self.timeout_s > 0, f"{path}.timeout_s", f"must be > 0, got {self.timeout_s}")
         check(self.max_retries >= 0, f"{path}.max_retries", f"must be >= 0, got {self.max_retries}")
         if self.evaluator != "llm":
@@ -182,6 +183,7 @@ class WebLogConfig:
 
     def validate(self, path: str) -> None:
         check(bool(self.run_name.strip()), f"{path}.run_name", "expected a name, got ''")
+        check_env_var_name(self.wandb_key_env_var, f"{path}.wandb_key_env_var")
 
 
 @dataclass(frozen=True)

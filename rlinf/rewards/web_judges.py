@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from rlinf.config.reward import check_env_var_name
 from rlinf.rewards.base import JudgeError
 from rlinf.rewards.openai_client import ChatClient, Endpoint
 from rlinf.rewards.rule_judge import (  # noqa: F401 - re-exported
@@ -87,6 +88,8 @@ def resolve_endpoints(openai_config: Any) -> dict[str, Endpoint]:
             value = _field(own, key) or _field(openai_config, key)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"openai_config.{kind}.{key}: expected a string, got {value!r}")
+            if key == "openai_api_key_env_var":  # a name, never a key (the refusal never repeats it)
+                check_env_var_name(value, f"openai_config.{kind}.{key}")
             values[key] = value
         for key in ("model", "base_url"):
             if not values[key]:

@@ -3,6 +3,7 @@ cart, the sign-up flow, fault routes, determinism, the CLI, and (when present) h
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -13,10 +14,13 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
+from rlinf.engines.web.auth import bearer
 from rlinf.envs.web_sites import PAGE_SIZE, SiteServer, confirmation_code, form_cities, shop_catalog, wiki_catalog
 from rlinf.envs.web_sites.__main__ import main as sites_main
 
 CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
+TOKEN = "site-token-" + "5" * 32
+AUTH = bearer(TOKEN)
 
 
 class _Page(HTMLParser):
@@ -60,13 +64,13 @@ class _Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def server():
-    with SiteServer(port=0, seed=0) as srv:
+    with SiteServer(port=0, seed=0, token=TOKEN) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    with httpx.Client(base_url=server.base_url, timeout=5.0) as c:
+    with httpx.Client(base_url=server.base_url, timeout=5.0, headers=AUTH) as c:
         yield c
 
 
@@ -138,7 +142,7 @@ def test_search_finds_products_and_articles_case_insensitively(client):
 
 def test_cart_cookie_round_trip(client):
     p = shop_catalog(0).products[2]
-    with httpx.Client(base_url=str(client.base_url), timeout=5.0) as own:
+    with httpx.Client(base_url=str(client.base_url), timeout=5.0, headers=AUTH) as own:
         r = own.post("/shop/cart/add", data={"id": str(p.id), "qty": "2"})
         assert r.status_code == 303 and r.headers["location"] == "/shop/cart"
         assert r.headers["set-cookie"].startswith(f"cart={p.id}x2;")
@@ -202,7 +206,7 @@ def test_hang_does_not_block_other_requests(server):
 
     def hang():
         try:
-            httpx.get(server.base_url + "/_test/hang", timeout=2.0)
+            httpx.get(server.base_url + "/_test/hang", timeout=2.0, headers=AUTH)
             outcome["hang"] = "answered"
         except httpx.TimeoutException:
             outcome["hang"] = "timeout"
@@ -210,7 +214,7 @@ def test_hang_does_not_block_other_requests(server):
     worker = threading.Thread(target=hang)
     worker.start()
     time.sleep(0.3)
-    r = httpx.get(server.base_url + "/shop/", timeout=2.0)
+    r = httpx.get(server.base_url + "/shop/", timeout=2.0, headers=AUTH)
     assert r.status_code == 200 and outcome == {}, "answered only after the hanging request ended"
     worker.join(10)
     assert outcome == {"hang": "timeout"}
@@ -219,12 +223,15 @@ def test_hang_does_not_block_other_requests(server):
 def test_stop_is_prompt_with_a_hang_open_and_same_seed_serves_identical_pages():
     paths = ["/shop/", "/shop/product/7", "/shop/category/toys?page=2", "/wiki/", "/forms/signup/city?name=A"]
     with SiteServer(seed=0) as a, SiteServer(seed=0) as b, SiteServer(seed=1) as c:
-        assert a.base_url != b.base_url
+        assert a.base_url != b.base_url and len({a.token, b.token, c.token}) == 3  # each made its own
+
+        def get(server, path):
+            return httpx.get(server.base_url + path, headers=bearer(server.token)).text
         for path in paths:
-            assert httpx.get(a.base_url + path).text == httpx.get(b.base_url + path).text
-        assert httpx.get(a.base_url + "/shop/product/7").text != httpx.get(c.base_url + "/shop/product/7").text
+            assert get(a, path) == get(b, path)
+        assert get(a, "/shop/product/7") != get(c, "/shop/product/7")
         sock = socket.create_connection(("127.0.0.1", a.port), timeout=5)
-        sock.sendall(b"GET /_test/hang HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(f"GET /_test/hang HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {a.token}\r\n\r\n".encode())
         time.sleep(0.3)
         started = time.monotonic()
         a.stop()
@@ -241,10 +248,13 @@ def test_busy_port_is_one_error_line(server, capsys):
     assert err.count("\n") == 0 and f"cannot listen on 127.0.0.1:{server.port}" in err
 
 
-def test_cli_serves_until_stopped(capsys):
+@contextlib.contextmanager
+def _cli_serving(args: list[str], capsys):
+    """``python -m rlinf.envs.web_sites ARGS`` on a thread: yields (base URL, what it printed),
+    then stops it and checks it exited 0."""
     stop = threading.Event()
     result = {}
-    worker = threading.Thread(target=lambda: result.setdefault("rc", sites_main(["--port", "0", "--seed", "0"], stop)))
+    worker = threading.Thread(target=lambda: result.setdefault("rc", sites_main(args, stop)))
     worker.start()
     try:
         out, deadline = "", time.monotonic() + 10
@@ -253,11 +263,87 @@ def test_cli_serves_until_stopped(capsys):
             out += capsys.readouterr().out
         url = re.search(r"at (http://\S+)/ ", out)
         assert url, f"no serving line from the CLI: {out!r}"
-        assert httpx.get(url.group(1) + "/wiki/", timeout=5).status_code == 200
+        yield url.group(1), out
     finally:
         stop.set()
         worker.join(10)
     assert result == {"rc": 0}
+
+
+def test_cli_serves_until_stopped(capsys, monkeypatch):
+    monkeypatch.setenv("RLINF_WEB_TOKEN", TOKEN)
+    with _cli_serving(["--port", "0", "--seed", "0"], capsys) as (url, out):
+        assert httpx.get(url + "/wiki/", timeout=5).status_code == 401
+        assert httpx.get(url + "/wiki/", headers=AUTH, timeout=5).status_code == 200
+        assert "bearer token written" not in out and TOKEN not in out  # the user's token: no file
+
+
+def _site_routes(server) -> list[tuple[str, str]]:
+    """(method, path) of every request kind the site server has: each method its handler serves
+    (its ``do_*`` methods, read from the class, so a new one is covered) and some it does not, on
+    the index, every site's pages one link away from its home (read from the sites, so a new site
+    or page is covered), the fault routes and a missing path."""
+    from rlinf.envs.web_sites.server import SiteApp, _Handler
+
+    methods = sorted(name[3:] for name in dir(_Handler) if name.startswith("do_")) + ["PUT"]
+    paths = {"/", "/no-such-page", "/_test/hang", "/_test/slow?ms=5000", "/_test/error"}
+    with httpx.Client(base_url=server.base_url, headers=AUTH, timeout=5.0) as c:
+        for home in ["/", "/_test/"] + [f"/{name}/" for name in SiteApp(0).sites]:
+            page = _Page(c.get(home).text)
+            paths |= {home} | {href for href in page.links.values() if href.startswith("/")}
+            paths |= {form["action"] for form in page.forms if form["action"].startswith("/")}
+    return [(method, path) for method in methods for path in sorted(paths)]
+
+
+def test_every_request_without_the_token_gets_401_and_nothing_else(server):
+    routes = _site_routes(server)
+    assert {"GET", "POST", "HEAD"} <= {m for m, _ in routes} and len({p for _, p in routes}) > 20
+    wrong = [{}, bearer("not-the-token-" + "0" * 32), {"Authorization": TOKEN}, bearer(TOKEN + "0"),
+             {"Authorization": f"bearer {TOKEN}"}]
+    with httpx.Client(base_url=server.base_url, timeout=5.0) as c:
+        answers = [(method, path, c.request(method, path, headers=wrong[i % len(wrong)],
+                                            data={"id": "1", "qty": "1"} if method == "POST" else None))
+                   for i, (method, path) in enumerate(routes)]
+        big = c.post("/shop/cart/add", content=b"x" * (1 << 20), headers=bearer("not-the-token-" + "0" * 32))
+        right = c.post("/shop/cart/add", data={"id": "1", "qty": "1"}, headers=AUTH)
+    for method, path, answer in answers + [("POST", "big body", big)]:
+        assert answer.status_code == 401, (method, path, answer.status_code)
+        assert answer.elapsed.total_seconds() < 2.0  # the hang and slow routes answer at once: they never ran
+        assert answer.headers["www-authenticate"] == "Bearer" and "set-cookie" not in answer.headers
+        assert answer.headers["connection"] == "close" and TOKEN not in answer.text
+        if method != "HEAD":
+            assert answer.text == "missing or wrong bearer token (send Authorization: Bearer <token>)\n"
+    assert right.status_code == 303 and right.headers["set-cookie"].startswith("cart=1x1;")  # the token works
+
+
+def test_expect_100_continue_without_the_token_gets_401_not_100(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"POST /shop/cart/add HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n"
+                     b"Content-Type: application/x-www-form-urlencoded\r\nExpect: 100-continue\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 401 ") and b"100 Continue" not in reply
+
+
+def test_open_access_is_for_loopback_only_and_the_cli_says_so(capsys, monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match="open access \\(no token\\) is for a loopback host only, not 0.0.0.0"):
+        SiteServer(host="0.0.0.0", open_access=True)
+    with SiteServer(open_access=True) as open_server:
+        assert open_server.token is None and httpx.get(open_server.base_url + "/shop/").status_code == 200
+    monkeypatch.delenv("RLINF_WEB_TOKEN", raising=False)
+    assert sites_main(["--host", "0.0.0.0", "--no-auth"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --no-auth serves a loopback --host only, not 0.0.0.0"
+    assert sites_main(["--host", "0.0.0.0", "--port", "0"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --host 0.0.0.0 is not a loopback address: the site server "
+                                               "needs a token there (set RLINF_WEB_TOKEN or pass --token-file PATH)")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    with _cli_serving(["--port", "0", "--token-file", str(token_file)], capsys) as (url, out):
+        assert httpx.get(url + "/shop/", headers=AUTH).status_code == 200 and TOKEN not in out
+        assert httpx.get(url + "/shop/").status_code == 401
+    assert token_file.read_text() == TOKEN  # the user's file is left alone
 
 
 def _chromium():
@@ -274,7 +360,7 @@ def test_chromium_reads_and_navigates_the_shop(server):
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
-            page = browser.new_page()
+            page = browser.new_page(extra_http_headers=AUTH)  # one origin in this test: no need to scope it
             page.set_default_timeout(10_000)
             page.goto(server.base_url + shop.category_url("garden"))
             tree = page.aria_snapshot()

@@ -251,3 +251,52 @@ def test_make_judge_builds_both_kinds(server):
     judge = make_judge("llm", openai_config={"model": "m", "base_url": server.base_url}, evaluation_workers=3)
     assert isinstance(judge, LLMJudge) and judge.workers == 3
     judge.close()
+
+
+def _env_var_fields():
+    """(class, field) of every config field naming an environment variable, and every field whose
+    name says it holds a key, in every config dataclass (read from rlinf.config, so a new one is
+    covered)."""
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import rlinf.config
+
+    found, keys = set(), set()
+    for info in pkgutil.iter_modules(rlinf.config.__path__):
+        for obj in vars(importlib.import_module(f"rlinf.config.{info.name}")).values():
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+                for f in dataclasses.fields(obj):
+                    if f.name.endswith("_env_var"):
+                        found.add((obj, f.name))
+                    elif re.search(r"api_?key|secret|password|bearer", f.name, re.IGNORECASE):
+                        keys.add((obj.__name__, f.name))
+    return sorted(found, key=lambda cf: (cf[0].__name__, cf[1])), keys
+
+
+LITERAL = "sk-proj-" + "Zq81" * 12
+
+
+def test_a_config_names_key_variables_and_never_takes_a_literal_key():
+    from rlinf.utils.typed_config import ConfigError, parse_section
+
+    fields, key_fields = _env_var_fields()
+    assert key_fields == set()  # no config field holds a key itself
+    names = {(cls.__name__, name) for cls, name in fields}
+    assert {("WebOpenAIConfig", "openai_api_key_env_var"), ("OpenAIConfig", "openai_api_key_env_var"),
+            ("OpenAIEndpointConfig", "openai_api_key_env_var"), ("WebLogConfig", "wandb_key_env_var")} <= names
+    for cls, name in fields:
+        assert parse_section(cls, {name: "MY_KEY_2"}, "sec") is not None  # a name is taken
+        for literal in (LITERAL, "AIzaSyD" + "x" * 30, "my_key"):
+            with pytest.raises(ConfigError) as err:
+                parse_section(cls, {name: literal}, "sec")
+            assert str(err.value).startswith(f"sec.{name}: expected the name of an environment variable")
+            assert literal not in str(err.value)  # the refusal never repeats what may be a key
+    with pytest.raises(ConfigError) as err:  # nor is a key taken under a key of its own
+        parse_section(OpenAIConfig, {"api_key": LITERAL}, "reward.openai_config")
+    assert str(err.value).startswith("reward.openai_config.api_key: unknown key") and LITERAL not in str(err.value)
+    with pytest.raises(ConfigError) as err:  # the judges' own parsing of a mapping says the same
+        resolve_endpoints({"model": "m", "base_url": "http://h/v1", "evaluation": {"openai_api_key_env_var": LITERAL}})
+    assert str(err.value).startswith("openai_config.evaluation.openai_api_key_env_var: expected the name")
+    assert LITERAL not in str(err.value)

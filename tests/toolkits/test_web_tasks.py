@@ -52,7 +52,8 @@ def shipped():
 
 @pytest.fixture(scope="module")
 def client():
-    with SiteServer(seed=0) as server, httpx.Client(base_url=server.base_url, timeout=5.0) as c:
+    with SiteServer(seed=0) as server, httpx.Client(base_url=server.base_url, timeout=5.0,
+                                                    headers={"Authorization": f"Bearer {server.token}"}) as c:
         yield c
 
 

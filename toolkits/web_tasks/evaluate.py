@@ -146,7 +146,7 @@ async def open_web(site_seed: int = 0, executable_path: str | None = None,
 
     sites = SiteServer(seed=site_seed)
     base = sites.start()
-    host = BrowserHost(executable_path=executable_path)
+    host = BrowserHost(executable_path=executable_path, origin_tokens={base: sites.token})
     try:
         await host.start()
         yield Web(sites, host, base, timeout_s)

@@ -12,6 +12,13 @@ When the Chromium process dies, every instance of it is lost: calls on them rais
 Pages are kept in one tab (``target=_blank`` and ``window.open`` open in place) and dialogs are
 accepted, so no action can leave an instance waiting on a popup.
 
+``origin_tokens`` (``{"http://127.0.0.1:8080": token}``) are bearer tokens Chromium sends to
+those origins only: each context routes requests to an origin it names and adds
+``Authorization: Bearer <token>`` to them (:func:`origin_of` must match exactly: scheme, host
+and port); requests to any other origin go out untouched. Playwright carries an added header
+along a redirect, so a server given a token must redirect within its own origin only (the
+shipped sites do: every ``Location`` is root-relative).
+
 Example (needs Chromium and a site on port 8000)::
 
     >>> async def demo():
@@ -30,13 +37,16 @@ Example (needs Chromium and a site on port 8000)::
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from rlinf.engines.web.actions import MODES, Action
+from rlinf.engines.web.auth import check_token
 from rlinf.engines.web.browser_errors import (
     BrowserStartError,
     InstanceLost,
@@ -73,6 +83,37 @@ def split_bound(timeout_s: float) -> float:
     return timeout_s - min(2 * STEP_TIMEOUT_S, timeout_s / 3)
 
 
+def origin_of(url: str) -> str:
+    """``scheme://host:port`` of ``url`` (the port always written), lower case.
+
+    >>> origin_of("http://127.0.0.1:8080/shop/?q=1"), origin_of("HTTP://Example.com/x")
+    ('http://127.0.0.1:8080', 'http://example.com:80')
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme, 0)
+    except ValueError:
+        port = 0
+    host = (parts.hostname or "").lower()
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _origin_pattern(origin: str) -> re.Pattern:
+    """The URLs of ``origin`` (an :func:`origin_of` result), its default port written or not.
+
+    >>> bool(_origin_pattern("http://a.b:80").match("http://a.b/x"))
+    True
+    >>> bool(_origin_pattern("http://a.b:8").match("http://a.b:80/"))
+    False
+    """
+    scheme, _, rest = origin.partition("://")
+    host, _, port = rest.rpartition(":")
+    default = {"http": "80", "https": "443"}.get(scheme) == port
+    return re.compile(f"^{re.escape(scheme)}://{re.escape(host)}" + (f"(:{port})?" if default else f":{port}") + "/",
+                      re.IGNORECASE)
+
+
 async def _quietly(awaitable: Awaitable[Any], limit_s: float) -> None:
     """Await with a bound, ignoring any error and the timeout (best-effort cleanup and resets)."""
     try:
@@ -98,10 +139,14 @@ class _Instance:
 
 
 class BrowserHost:
-    """One Chromium, many instances. ``viewport`` is (width, height) of every page."""
+    """One Chromium, many instances. ``viewport`` is (width, height) of every page;
+    ``origin_tokens`` the bearer tokens sent to those origins only (module docstring)."""
 
     def __init__(self, executable_path: str | None = None, viewport: tuple[int, int] = (1280, 720),
-                 headless: bool = True, settle_window_s: float = SETTLE_WINDOW_S) -> None:
+                 headless: bool = True, settle_window_s: float = SETTLE_WINDOW_S,
+                 origin_tokens: dict[str, str] | None = None) -> None:
+        self._origin_headers = {origin_of(origin): f"Bearer {check_token(token, f'origin_tokens[{origin}]')}"
+                                for origin, token in (origin_tokens or {}).items()}
         self.executable_path = executable_path
         self.viewport = (int(viewport[0]), int(viewport[1]))
         self.headless = headless
@@ -195,6 +240,8 @@ class BrowserHost:
         width, height = self.viewport
         context = await self._browser.new_context(viewport={"width": width, "height": height}, accept_downloads=False)
         await context.add_init_script(script=SAME_TAB_JS)
+        for origin in self._origin_headers:
+            await context.route(_origin_pattern(origin), self._add_bearer)
         page = await context.new_page()
         inst.cdp = await context.new_cdp_session(page)
         inst.context, inst.page, inst.generation = context, page, self._generation
@@ -213,6 +260,19 @@ class BrowserHost:
         page.on("crash", lambda _p: setattr(inst, "lost", inst.lost or "the page crashed")
                 if inst.page is page else None)
         page.on("dialog", lambda dialog: self._spawn(dialog.accept()))
+
+    async def _add_bearer(self, route: Any, request: Any) -> None:
+        """Send a request to an origin of ``origin_tokens`` on with its bearer token (the route's
+        pattern picked the origin; it is checked again exactly here). The headers Playwright
+        already holds are reused (``request.all_headers()`` would cost one more round trip per
+        request); Chromium still adds the origin's cookies."""
+        value = self._origin_headers.get(origin_of(request.url))
+        if value is None:
+            await route.fallback()
+            return
+        headers = dict(request.headers)
+        headers["authorization"] = value
+        await route.continue_(headers=headers)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(_quietly(coro, 10.0))

@@ -7,7 +7,8 @@ A request may take ``operation_timeout`` (``allocate``: ``wait_timeout + operati
 plus a grace of ``grace_s`` for the server's own 504 to arrive. Connection errors, timeouts and
 5xx answers (503 from ``allocate`` included) are retried up to ``max_retries`` times with a
 short doubling back-off; 4xx never are. HTTP 410 raises :class:`InstanceLost`; what still fails
-raises :class:`OperationFailed` with one line.
+raises :class:`OperationFailed` with one line. Every request carries ``Authorization: Bearer
+<token>`` (the server answers 401 otherwise: never retried).
 
 :func:`split_for_rank` divides the pools and ``server_size`` across ranks by
 ``rank_load_weight`` (seed 004's multi-node rule).
@@ -15,7 +16,7 @@ raises :class:`OperationFailed` with one line.
 Example (needs a browser server on port 8000 and a site on port 9000)::
 
     >>> async def demo():
-    ...     async with BrowserClient("http://127.0.0.1:8000", {"execute": 64}) as client:
+    ...     async with BrowserClient("http://127.0.0.1:8000", {"execute": 64}, token=TOKEN) as client:
     ...         iid = await client.allocate()
     ...         await client.navigate(iid, "http://127.0.0.1:9000/")
     ...         tree = await client.ac_tree(iid, "set_of_marks")
@@ -37,6 +38,7 @@ from typing import Any
 import httpx
 
 from rlinf.engines.web.actions import Action
+from rlinf.engines.web.auth import bearer, check_token
 from rlinf.engines.web.browser import InstanceLost
 
 #: seed 000's operation names (``http_pools`` keys)
@@ -76,11 +78,13 @@ def check_pools(http_pools: dict[str, int] | None) -> dict[str, int]:
 
 
 class BrowserClient:
-    """Async client of one browser server (``base_url``). ``retries[op]`` counts the retries made."""
+    """Async client of one browser server (``base_url``), sending ``token`` as its bearer token.
+    ``retries[op]`` counts the retries made."""
 
     def __init__(self, base_url: str, http_pools: dict[str, int] | None = None, operation_timeout: float = 120.0,
                  wait_timeout: float = 2400.0, max_retries: int = 2, backoff_s: float = 0.25,
-                 grace_s: float = 2.0) -> None:
+                 grace_s: float = 2.0, *, token: str) -> None:
+        self._headers = bearer(check_token(token, "the browser service's token"))
         for name, value in (("operation_timeout", operation_timeout), ("wait_timeout", wait_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name}: expected a number > 0, got {value!r}")
@@ -103,7 +107,7 @@ class BrowserClient:
             timeout = httpx.Timeout(connect=self.operation_timeout, read=read, write=self.operation_timeout,
                                     pool=self.wait_timeout)
             limits = httpx.Limits(max_connections=self.pools[op], max_keepalive_connections=self.pools[op])
-            client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=limits)
+            client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=limits, headers=self._headers)
             self._clients[op] = client
         return client
 
@@ -187,7 +191,8 @@ class BrowserClient:
 
     async def _get(self, path: str) -> dict[str, Any]:
         try:
-            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.operation_timeout) as client:
+            async with httpx.AsyncClient(base_url=self.base_url, timeout=self.operation_timeout,
+                                         headers=self._headers) as client:
                 response = await client.get(path)
         except httpx.TransportError as err:
             raise OperationFailed(path.strip("/"), f"{type(err).__name__}: {err}") from None

@@ -3,23 +3,30 @@
 ``POST /allocate /release /navigate /metadata /screenshot /ac_tree /page_metadata /execute``
 take and give JSON (``screenshot`` gives ``{"png_base64"}``); ``GET /health`` and ``GET /stats``
 (instances live, allocations waiting, timeouts, lost instances, recycles, requests and peak
-in-flight requests per operation). At most ``server_size`` instances live at once: ``allocate``
-waits up to ``wait_timeout`` seconds for a free slot, then answers 503. Every operation is
-bounded by ``operation_timeout`` (504; the instance is reset for the next call). Answers:
+in-flight requests per operation). Every request, to any path, carries
+``Authorization: Bearer <token>`` (:mod:`rlinf.engines.web.auth`); one without it, or with a wrong
+token, is answered 401 before anything else of it is read.
+
+At most ``server_size`` instances live at once: ``allocate`` waits up to ``wait_timeout`` seconds
+for a free slot, then answers 503. Every operation is bounded by ``operation_timeout`` (504; the
+instance is reset for the next call). Answers:
 
 =====  ======================================================================
 400    malformed body: names the field and what was expected
+401    no ``Authorization: Bearer <token>`` header, or a wrong token
 404    unknown instance id
 410    instance lost (browser crashed) or recycled (older than ``instance_lifetime_max``)
 503    no free slot within ``wait_timeout`` (or the browser could not start)
 504    the operation overran ``operation_timeout``
 =====  ======================================================================
 
-Run it: ``python -m rlinf.engines.web.service --port 0 --server-size 8`` prints its URL.
-In-process (needs Chromium)::
+Run it: ``RLINF_WEB_TOKEN=... python -m rlinf.engines.web.service --port 0 --server-size 8`` prints
+its URL (the token comes from ``$RLINF_WEB_TOKEN`` or ``--token-file PATH``; on a loopback
+``--host`` without one, a fresh token is written to a 0600 file whose path is printed; on any
+other address the service refuses to start without one). In-process (needs Chromium)::
 
-    >>> url, stop = start_service_thread(server_size=4, operation_timeout=30)  # doctest: +SKIP
-    >>> httpx.get(url + "/health").json()  # doctest: +SKIP
+    >>> url, stop = start_service_thread(token=TOKEN, server_size=4, operation_timeout=30)  # doctest: +SKIP
+    >>> httpx.get(url + "/health", headers=bearer(TOKEN)).json()  # doctest: +SKIP
     {'ok': True, 'browser_connected': True}
     >>> stop()  # doctest: +SKIP
 """
@@ -32,6 +39,7 @@ import base64
 import collections
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -41,6 +49,7 @@ from typing import Any
 from aiohttp import web
 
 from rlinf.engines.web.actions import MODES, Action
+from rlinf.engines.web.auth import UNAUTHORIZED, authorized, check_token, server_token
 from rlinf.engines.web.browser import (
     BrowserHost,
     BrowserStartError,
@@ -78,16 +87,19 @@ def _field(body: dict[str, Any], key: str, kind: type | tuple[type, ...], defaul
 
 
 class BrowserService:
-    """The server's state and handlers; :meth:`app` builds the aiohttp application.
+    """The server's state and handlers; :meth:`app` builds the aiohttp application. ``token``
+    is the bearer token every request must carry; ``host_kwargs`` go to :class:`BrowserHost`
+    (``origin_tokens`` among them: the bearer tokens Chromium sends to the origins they name).
 
-    >>> BrowserService(server_size=0)
+    >>> BrowserService(token="t" * 64, server_size=0)
     Traceback (most recent call last):
     ...
     ValueError: server_size: expected an integer >= 1, got 0
     """
 
     def __init__(self, server_size: int = 64, operation_timeout: float = 120.0, wait_timeout: float = 2400.0,
-                 instance_lifetime_max_minutes: float = 50.0, **host_kwargs: Any) -> None:
+                 instance_lifetime_max_minutes: float = 50.0, *, token: str, **host_kwargs: Any) -> None:
+        self._token = check_token(token, "the browser service's token")
         if isinstance(server_size, bool) or not isinstance(server_size, int) or server_size < 1:
             raise ValueError(f"server_size: expected an integer >= 1, got {server_size!r}")
         for name, value in (("operation_timeout", operation_timeout), ("wait_timeout", wait_timeout),
@@ -113,7 +125,7 @@ class BrowserService:
     # -- lifecycle ------------------------------------------------------------------------------
     def app(self) -> web.Application:
         """The aiohttp application; starting it starts Chromium, cleaning it up closes it."""
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app = web.Application(client_max_size=8 * 1024 * 1024, middlewares=[self._authenticate])
         for op in OPERATIONS:
             app.router.add_post(f"/{op}", self._handler(op))
         app.router.add_get("/health", self._health)
@@ -173,6 +185,13 @@ class BrowserService:
                 continue
 
     # -- handlers -------------------------------------------------------------------------------
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """401 unless the request carries the token; runs before routing and before the body is read."""
+        if not authorized(request.headers.get("Authorization"), self._token):
+            return web.json_response({"error": UNAUTHORIZED}, status=401, headers={"WWW-Authenticate": "Bearer"})
+        return await handler(request)
+
     def _handler(self, op: str):
         async def handle(request: web.Request) -> web.Response:
             self._requests[op] += 1
@@ -350,7 +369,8 @@ async def _serve(service: BrowserService, host: str, port: int) -> tuple[web.App
 def start_service_thread(host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 60.0,
                          **service_kwargs: Any) -> tuple[str, Any]:
     """Run a :class:`BrowserService` on its own event-loop thread; returns ``(url, stop)``.
-    ``stop()`` closes the server and Chromium (bounded: 30 s)."""
+    ``service_kwargs`` are the service's (``token`` among them). ``stop()`` closes the server and
+    Chromium (bounded: 30 s)."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     box: dict[str, Any] = {}
@@ -394,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance-lifetime-max", type=float, default=50.0, help="minutes")
     parser.add_argument("--executable-path", default=None)
     parser.add_argument("--viewport", default="1280x720", help="WIDTHxHEIGHT")
+    parser.add_argument("--token-file", default=None, metavar="PATH",
+                        help="file holding the bearer token (mode 0600); default: $RLINF_WEB_TOKEN, else (on a "
+                             "loopback --host only) a fresh token written to a 0600 file whose path is printed")
     args = parser.parse_args(argv)
     try:
         width, height = (int(v) for v in args.viewport.lower().split("x"))
@@ -401,15 +424,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --viewport: expected WIDTHxHEIGHT like 1280x720, got {args.viewport!r}", file=sys.stderr)
         return 2
     try:
+        token, written = server_token(args.host, args.token_file, name="the browser service")
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        return _run_cli(args, token, written, (width, height))
+    finally:
+        if written is not None:  # a token made for this server is good for nothing once it stops
+            os.unlink(written)
+
+
+def _run_cli(args: argparse.Namespace, token: str, written: str | None, viewport: tuple[int, int]) -> int:
+    try:
         service = BrowserService(args.server_size, args.operation_timeout, args.wait_timeout,
-                                 args.instance_lifetime_max, executable_path=args.executable_path,
-                                 viewport=(width, height))
+                                 args.instance_lifetime_max, token=token, executable_path=args.executable_path,
+                                 viewport=viewport)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
     async def serve() -> None:
         runner, url = await _serve(service, args.host, args.port)
+        if written is not None:
+            print(f"bearer token written to {written} (mode 0600; send Authorization: Bearer <its content>)",
+                  flush=True)
         print(f"browser service listening on {url}", flush=True)
         done = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -421,8 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrowserStartError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        print(f"error: cannot listen on {args.host}:{args.port}: {err.strerror or err}", file=sys.stderr)
+        return 2
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

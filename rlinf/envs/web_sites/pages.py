@@ -62,7 +62,18 @@ class Response:
 
     @staticmethod
     def redirect(location: str) -> Response:
-        """A ``303 See Other`` to ``location`` (after a POST, the browser then GETs it)."""
+        """A ``303 See Other`` to ``location`` (after a POST, the browser then GETs it). Only a
+        root-relative ``location`` is taken: a redirect never leaves the site's origin, so the
+        bearer token Chromium adds for the site is never carried elsewhere.
+
+        >>> Response.redirect("//elsewhere.example/x")
+        Traceback (most recent call last):
+        ...
+        ValueError: a site redirects within its origin only (a path starting with one '/'), got '//elsewhere.example/x'
+        """
+        if not location.startswith("/") or location.startswith("//") or "\\" in location:
+            raise ValueError("a site redirects within its origin only (a path starting with one '/'), "
+                             f"got {location!r}")
         body = f'<p>Continue to <a href="{esc(location)}">the next page</a>.</p>'
         return Response(303, page("Redirect", body), {"Location": location})
 

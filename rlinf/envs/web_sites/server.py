@@ -5,6 +5,13 @@ Paths: ``/`` (a list of the sites), ``/shop/``, ``/wiki/``, ``/forms/`` and the 
 with the same seed serve byte-identical pages. Links are root-relative (``/shop/product/3``), so
 the server works at any host and port.
 
+Every request, whatever its method or path, carries ``Authorization: Bearer <token>``
+(:mod:`rlinf.engines.web.auth`); one without it, or with a wrong token, is answered 401 and its
+connection closed before anything else of it is read (body, cookies, path). In a run the browsers
+of the same env rank send the token (the browser host's ``origin_tokens``); the server binds
+127.0.0.1 there. ``open_access=True`` drops the check, on a loopback address only, for a person
+browsing the sites by hand.
+
 The server speaks HTTP/1.1 with keep-alive; an idle connection is closed after
 :data:`IDLE_TIMEOUT_S`. ``stop()`` closes the listening socket and every open connection, and
 wakes every handler that is waiting (``/_test/hang``, ``/_test/slow``), so it never hangs.
@@ -22,6 +29,7 @@ from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from rlinf.engines.web.auth import UNAUTHORIZED, authorized, check_token, is_loopback, new_token
 from rlinf.envs.web_sites.catalog import shop_catalog, wiki_catalog
 from rlinf.envs.web_sites.faults import fault_response
 from rlinf.envs.web_sites.forms import FormsSite
@@ -72,8 +80,8 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # stop() wakes handlers itself; never join them
 
-    def __init__(self, address: tuple[str, int], app: SiteApp) -> None:
-        self.app = app
+    def __init__(self, address: tuple[str, int], app: SiteApp, token: str | None) -> None:
+        self.app, self.token = app, token
         self.stopping = threading.Event()
         self.connections: set[socket.socket] = set()
         self.lock = threading.Lock()
@@ -98,6 +106,34 @@ class _Handler(BaseHTTPRequestHandler):
             super().finish()
         except OSError:
             pass
+
+    def parse_request(self) -> bool:
+        """The stdlib's parsing of the request line and headers, then the bearer check: a request
+        that fails it is answered 401 and goes no further (no method handler runs)."""
+        return super().parse_request() and self._authenticated()
+
+    def handle_expect_100(self) -> bool:
+        """``Expect: 100-continue``: no ``100 Continue`` (the body) without the token."""
+        return self._authenticated() and super().handle_expect_100()
+
+    def _authenticated(self) -> bool:
+        token = self.server.token
+        if token is None or authorized(self.headers.get("Authorization"), token):
+            return True
+        data = (UNAUTHORIZED + "\n").encode()
+        self.close_connection = True  # the body (if any) is never read
+        try:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", "Bearer")
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        except OSError:
+            pass
+        return False
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
         logger.debug("%s %s", self.address_string(), format % args)
@@ -182,15 +218,26 @@ class _Handler(BaseHTTPRequestHandler):
 class SiteServer:
     """Serves the shop, wiki, forms and fault routes on ``host:port`` (0: a free port) from a thread.
 
+    Args:
+        token: the bearer token every request must carry; None: a fresh random one
+            (:attr:`token` tells it).
+        open_access: serve without any token (a person browsing by hand); loopback hosts only.
+
     Example:
         >>> import urllib.request
+        >>> from rlinf.engines.web.auth import bearer
         >>> with SiteServer(port=0, seed=0) as server:
-        ...     html = urllib.request.urlopen(server.base_url + "/shop/", timeout=10).read().decode()
+        ...     ask = urllib.request.Request(server.base_url + "/shop/", headers=bearer(server.token))
+        ...     html = urllib.request.urlopen(ask, timeout=10).read().decode()
         >>> "<title>Shop home</title>" in html
         True
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, seed: int = 0, token: str | None = None,
+                 open_access: bool = False) -> None:
+        if open_access and not is_loopback(host):
+            raise ValueError(f"SiteServer: open access (no token) is for a loopback host only, not {host}")
+        self.token = None if open_access else check_token(token, "the site token") if token else new_token()
         self.host, self.requested_port, self.seed = host, port, seed
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -213,7 +260,7 @@ class SiteServer:
         if self._server is not None:
             raise RuntimeError(f"SiteServer already running at {self.base_url}")
         try:
-            self._server = _Server((self.host, self.requested_port), SiteApp(self.seed))
+            self._server = _Server((self.host, self.requested_port), SiteApp(self.seed), self.token)
         except OSError as exc:
             raise RuntimeError(f"SiteServer: cannot listen on {self.host}:{self.requested_port}: {exc}") from exc
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},

@@ -66,4 +66,4 @@ def build_runner(start, groups, logger, print_fn) -> WebAgentRunner:
                           make_web_judge(cfg), start.tasks,
                           {"train": episode_settings(cfg, "train"), "test": episode_settings(cfg, "test")},
                           {"train": limits, "test": limits}, pad, logger=logger, log=print_fn,
-                          start_iteration=start.resume_iteration)
+                          start_iteration=start.resume_iteration, service_token=groups.service_token)

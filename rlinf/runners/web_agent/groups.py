@@ -6,7 +6,7 @@ rollout ranks for in-place weight sync, as in math runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlinf.scheduler import TensorLink, WorkerGroup
 from rlinf.utils.typed_config import ConfigError, parse_section
@@ -43,10 +43,14 @@ def parse_as_written(cls, raw: dict, path: str, written: dict[str, str], fallbac
 
 @dataclass
 class WebGroups:
+    """The launched groups; ``service_token``: the env ranks' browser servers' bearer token
+    (derived from the run's secret; never printed)."""
+
     env: WorkerGroup
     env_urls: list[dict]
     rollout: WorkerGroup | None
     actor: WorkerGroup | None
+    service_token: str | None = field(default=None, repr=False)
 
     def shutdown(self) -> None:
         if self.env is not None:
@@ -127,7 +131,7 @@ def total_update_steps(cfg, actor_ranks: int) -> int:
 def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
     from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
     from rlinf.workers.actor.web_actor import WebActorWorker
-    from rlinf.workers.env.web_env_worker import WebEnvWorker
+    from rlinf.workers.env.web_env_worker import SERVICE_PURPOSE, WebEnvWorker
     from rlinf.workers.rollout.generation_worker import GenerationWorker
 
     e = cfg.env_config
@@ -140,7 +144,8 @@ def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
     launched: list[WorkerGroup] = []
     try:
         env = WorkerGroup.launch(cluster, WebEnvWorker, env_plan, name="WebEnvGroup",
-                                 args=(e.server_size, weights, service, site_seed), wait=False)
+                                 args=(e.server_size, weights, service, site_seed, cluster.shape.num_nodes > 1),
+                                 wait=False)
         launched.append(env)
         rollout = actor = None
         if "rollout" in plan.components and e.vllm_server_url is None:
@@ -166,4 +171,4 @@ def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
         for group in launched:
             group.shutdown()
         raise
-    return WebGroups(env, urls, rollout, actor)
+    return WebGroups(env, urls, rollout, actor, service_token=cluster.secret.token(SERVICE_PURPOSE))

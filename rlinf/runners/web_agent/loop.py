@@ -63,6 +63,7 @@ class WebAgentRunner(ScheduledRunner):
         settings: ``{"train": EpisodeSettings, "test": EpisodeSettings}``; limits likewise.
         pad_token_id: for the update's batches.
         logger: a :class:`~rlinf.utils.metric_logger.MetricLogger` (or None).
+        service_token: the env ranks' browser servers' bearer token (the run's ``web-service`` token).
         start_iteration: iterations already finished (a resumed run: with an actor, the
             checkpoint of that iteration is loaded by :meth:`run`; a rollout-only run continues
             after its last complete batch).
@@ -73,8 +74,9 @@ class WebAgentRunner(ScheduledRunner):
     SUMMARY_KEY = "test/success_rate"
 
     def __init__(self, cfg, env_urls, policy, actor, rollout, judge, tasks, settings, limits, pad_token_id,
-                 logger=None, log=print, start_iteration: int = 0):
+                 logger=None, log=print, start_iteration: int = 0, service_token: str | None = None):
         self.cfg, self.env_urls, self.policy = cfg, env_urls, policy
+        self._service_token = service_token
         self.actor, self.rollout, self.judge = actor, rollout, judge
         self.tasks, self.settings, self.limits = tasks, settings, limits
         self.pad_token_id, self.logger, self.log = pad_token_id, logger, log
@@ -113,7 +115,8 @@ class WebAgentRunner(ScheduledRunner):
         async def phase():
             try:
                 return await run_phase(tasks, self.env_urls, policy, self.settings[split], self.limits[split],
-                                       self._folder(split), iteration, judge=self.judge, log=self.log)
+                                       self._folder(split), iteration, judge=self.judge, log=self.log,
+                                       token=self._service_token)
             finally:  # connections belong to this phase's event loop
                 close = getattr(policy.backend, "aclose", None)
                 if close is not None:

@@ -10,7 +10,7 @@ trajectory without a verdict is judged.
 
 Example (needs env ranks and a policy)::
 
-    trajs = await run_phase(tasks, envs, policy, settings, limits, folder, iteration=3)   # doctest: +SKIP
+    trajs = await run_phase(tasks, envs, policy, settings, limits, folder, iteration=3, token=token)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -64,13 +64,14 @@ def task_key(task: dict) -> tuple[str, int]:
 
 
 async def run_phase(tasks: list[dict], envs: list[dict], policy, settings: EpisodeSettings, limits: PhaseLimits,
-                    folder: str, iteration: int, judge=None, log=print) -> list[dict]:
-    """Run ``tasks`` on the env ranks ``envs`` (``[{"browser": url, "site": url}, ...]``); returns
-    every trajectory (loaded or new), judged when ``judge`` is given."""
+                    folder: str, iteration: int, judge=None, log=print, token: str | None = None) -> list[dict]:
+    """Run ``tasks`` on the env ranks ``envs`` (``[{"browser": url, "site": url}, ...]``, whose
+    browser servers take the bearer ``token``); returns every trajectory (loaded or new), judged
+    when ``judge`` is given."""
     weights = list(limits.rank_load_weight) or [1.0] * len(envs)
     shares = split_tasks(tasks, weights)
     stores = await asyncio.gather(*(
-        _run_rank(rank, shares[rank], envs[rank], policy, settings, limits, folder, iteration, weights, log)
+        _run_rank(rank, shares[rank], envs[rank], policy, settings, limits, folder, iteration, weights, log, token)
         for rank in range(len(envs))))
     trajectories = [t for store in stores for t in store.trajectories]
     if limits.screenshot_comparison_workers > 0:
@@ -93,7 +94,8 @@ def apply_verdict(traj: dict, verdict) -> None:
     traj["blocked"] = bool(verdict.blocked)
 
 
-async def _run_rank(rank, tasks, env, policy, settings, limits, folder, iteration, weights, log) -> TrajectoryStore:
+async def _run_rank(rank, tasks, env, policy, settings, limits, folder, iteration, weights, log,
+                    token) -> TrajectoryStore:
     pools, server_size = split_for_rank(limits.http_pools, limits.server_size, weights, rank)
     store = TrajectoryStore(folder, iteration, rank, total=len(tasks), checkpoint_interval=limits.checkpoint_interval)
     done = store.done_keys()
@@ -105,7 +107,7 @@ async def _run_rank(rank, tasks, env, policy, settings, limits, folder, iteratio
         return store
     rank_settings = replace(settings, site_base=env.get("site") or settings.site_base)
     client = BrowserClient(env["browser"], pools, operation_timeout=limits.operation_timeout,
-                           wait_timeout=limits.wait_timeout, max_retries=limits.max_retries)
+                           wait_timeout=limits.wait_timeout, max_retries=limits.max_retries, token=token)
     partial: dict[int, dict] = {}
 
     async def run_one(item, stop):

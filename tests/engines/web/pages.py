@@ -77,6 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802 - the base's name
+        self.server.authorization_seen.append(self.headers.get("Authorization"))
         parsed = urlparse(self.path)
         path = parsed.path
         if path == "/":
@@ -108,6 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     stop: threading.Event
+    authorization_seen: list  # the Authorization header of each GET (None: none sent)
 
 
 class PageServer:
@@ -116,6 +118,8 @@ class PageServer:
     def __init__(self) -> None:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.stop = threading.Event()
+        self._server.authorization_seen = []
+        self.authorization_seen = self._server.authorization_seen
         self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="test-pages", daemon=True)

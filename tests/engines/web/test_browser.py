@@ -262,3 +262,37 @@ def test_killed_browser_loses_instances_and_the_next_allocate_restarts_it(host, 
     assert took < 15.0
     assert page["ok"] and page["title"] == "Page B"
     assert host.lost == {}
+
+
+def test_chromium_sends_the_site_token_to_the_site_origin_only(pages):
+    """``origin_tokens``: the shipped sites (which answer 401 without the token) work through
+    Chromium, cookies and a POST's 303 included; another origin, and the same server under another
+    name, never see the token."""
+    from rlinf.envs.web_sites import SiteServer, shop_catalog
+
+    product = shop_catalog(0).products[2]
+    with SiteServer(seed=0) as site:
+        async def body():
+            host = BrowserHost(executable_path=CHROMIUM, origin_tokens={site.base_url: site.token})
+            await host.start()
+            try:
+                iid = await host.allocate()
+                page = await host.navigate(iid, site.base_url + f"/shop/product/{product.id}", timeout_s=10)
+                tree = await host.ac_tree(iid, "set_of_marks", False, timeout_s=10)
+                added = await host.execute(iid, {"type": "click", "id": mark_of(tree, "Add to cart")}, timeout_s=10)
+                await host.navigate(iid, site.base_url + "/wiki/", timeout_s=10)
+                await host.navigate(iid, site.base_url + "/shop/cart", timeout_s=10)
+                cart = (await host.ac_tree(iid, "set_of_marks", False, timeout_s=10))["text"]
+                before = len(pages.authorization_seen)
+                other = await host.navigate(iid, pages.url("/a"), timeout_s=10)
+                alias = await host.navigate(iid, site.base_url.replace("127.0.0.1", "localhost") + "/shop/",
+                                            timeout_s=10)
+                return page, added, cart, other, alias, pages.authorization_seen[before:]
+            finally:
+                await host.close()
+        page, added, cart, other, alias, seen = asyncio.run(asyncio.wait_for(body(), 60))
+    assert page["status"] == 200 and page["title"] == f"{product.name} | Shop"
+    assert added["ok"] and added["url"].endswith("/shop/cart")  # the POST and its 303 carried the token
+    assert product.name in cart  # the cart cookie came back on a later request
+    assert other["ok"] and other["title"] == "Page A" and seen == [None]  # no token to another origin
+    assert alias["status"] == 401  # the same server under another name is another origin: no token

@@ -19,11 +19,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rlinf.engines.web.auth import bearer
 from rlinf.engines.web.client import BrowserClient, InstanceLost, OperationFailed, check_pools, split_for_rank
 
 from .pages import PageServer
 
 ROOT = Path(__file__).resolve().parents[3]
+TOKEN = "service-token-" + "7" * 32
+AUTH = bearer(TOKEN)
 
 
 def _chromium_missing() -> str | None:
@@ -50,7 +53,7 @@ def pages():
 
 def _service(**kwargs):
     from rlinf.engines.web.service import start_service_thread
-    url, stop = start_service_thread(**kwargs)
+    url, stop = start_service_thread(token=TOKEN, **kwargs)
     return url, stop
 
 
@@ -74,6 +77,7 @@ def client(url: str, **kwargs) -> BrowserClient:
     kwargs.setdefault("wait_timeout", 1.5)
     kwargs.setdefault("max_retries", 2)
     kwargs.setdefault("backoff_s", 0.1)
+    kwargs.setdefault("token", TOKEN)
     return BrowserClient(url, kwargs.pop("http_pools", None), **kwargs)
 
 
@@ -112,7 +116,7 @@ def test_every_operation_over_http(main_url, pages):
 @needs_chromium
 def test_bad_requests_get_one_clear_line(main_url):
     async def body():
-        async with httpx.AsyncClient(base_url=main_url, timeout=10) as raw:
+        async with httpx.AsyncClient(base_url=main_url, timeout=10, headers=AUTH) as raw:
             iid = (await raw.post("/allocate")).json()["instance_id"]
             answers = [await raw.post("/navigate", content=b"{not json"),
                        await raw.post("/navigate", json={"url": "http://x/"}),
@@ -221,7 +225,7 @@ def test_recycled_instance_answers_410(short_lived_url, pages):
                 await asyncio.sleep(0.2)
             with pytest.raises(InstanceLost, match="lost: recycled after instance_lifetime_max \\(0.03 minutes\\)"):
                 await c.page_metadata(iid)
-            async with httpx.AsyncClient(base_url=short_lived_url) as raw:
+            async with httpx.AsyncClient(base_url=short_lived_url, headers=AUTH) as raw:
                 answer = await raw.post("/page_metadata", json={"instance_id": iid})
             return iid, first, answer, await c.release(iid), await c.stats(), c.retries["page_metadata"]
     iid, first, answer, released, stats, retries = run(body())
@@ -278,22 +282,122 @@ def test_cli_refuses_bad_arguments_in_one_line(capsys):
 
 
 @needs_chromium
-def test_cli_serves_until_terminated():
+def test_cli_serves_until_terminated_with_a_token_file_it_made():
+    """On loopback without a token the CLI writes a fresh one to a 0600 file, prints the file's
+    path (never the token), serves with it, and removes the file when it stops."""
+    env = {k: v for k, v in os.environ.items() if k != "RLINF_WEB_TOKEN"}
     proc = subprocess.Popen([sys.executable, "-m", "rlinf.engines.web.service", "--port", "0", "--server-size", "2"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)  # the line comes once Chromium is up
+        ready, _, _ = select.select([proc.stdout], [], [], 60)  # the lines come once Chromium is up
         assert ready, "the service printed nothing within 60 s"
-        line = proc.stdout.readline()
+        first, line = proc.stdout.readline(), proc.stdout.readline()
+        path = first.split("bearer token written to ", 1)[1].split(" ", 1)[0]
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        token = Path(path).read_text().strip()
+        assert len(token) == 64 and token not in first + line
         assert line.startswith("browser service listening on http://127.0.0.1:")
         url = line.rsplit(" ", 1)[1].strip()
-        assert httpx.get(url + "/health", timeout=10).json() == {"ok": True, "browser_connected": True}
+        assert httpx.get(url + "/health", timeout=10).status_code == 401
+        assert httpx.get(url + "/health", headers=bearer(token), timeout=10).json() == {
+            "ok": True, "browser_connected": True}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+        assert not os.path.exists(path)
+        assert token not in proc.stdout.read() + proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_cli_refuses_a_non_loopback_host_without_a_usable_token(capsys, monkeypatch, tmp_path):
+    from rlinf.engines.web.service import main
+
+    monkeypatch.delenv("RLINF_WEB_TOKEN", raising=False)
+    loose = tmp_path / "loose"
+    loose.write_text(TOKEN)
+    loose.chmod(0o644)
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    empty.chmod(0o600)
+    cases = [([], "error: --host 0.0.0.0 is not a loopback address: the browser service needs a token there "
+                  "(set RLINF_WEB_TOKEN or pass --token-file PATH)"),
+             (["--token-file", str(loose)], f"error: --token-file {loose}: other users may read it (mode 0644); "
+                                             "chmod 600 it"),
+             (["--token-file", str(tmp_path / "nope")], f"error: --token-file {tmp_path / 'nope'}: cannot read it "
+                                                          "(FileNotFoundError: No such file or directory)"),
+             (["--token-file", str(empty)], f"error: --token-file {empty}: expected at least 16 printable ASCII "
+                                             "characters without spaces")]
+    for extra, line in cases:
+        assert main(["--host", "0.0.0.0", *extra]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.strip() == line and captured.out == "" and TOKEN not in captured.err
+    monkeypatch.setenv("RLINF_WEB_TOKEN", "short")
+    assert main(["--host", "0.0.0.0"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: $RLINF_WEB_TOKEN: expected at least 16 printable ASCII "
+                                               "characters without spaces")
+
+
+def test_where_a_hand_started_server_takes_its_token(tmp_path):
+    from rlinf.engines.web.auth import server_token
+
+    good = tmp_path / "token"
+    good.write_text(TOKEN + "\n")
+    good.chmod(0o600)
+    assert server_token("0.0.0.0", str(good), name="x", environ={"RLINF_WEB_TOKEN": "e" * 32}) == (TOKEN, None)
+    assert server_token("10.1.2.3", None, name="x", environ={"RLINF_WEB_TOKEN": "e" * 32}) == ("e" * 32, None)
+    token, path = server_token("::1", None, name="x", environ={})
+    try:
+        assert os.stat(path).st_mode & 0o777 == 0o600 and Path(path).read_text() == token + "\n"
+    finally:
+        os.unlink(path)
+    other, other_path = server_token("localhost", None, name="x", environ={})
+    os.unlink(other_path)
+    assert other != token and other_path != path
+
+
+def _routes() -> list[tuple[str, str]]:
+    """(method, path) of every route of the service's application (read from its router, so an
+    endpoint added later is covered), and a path it does not have."""
+    from rlinf.engines.web.service import BrowserService
+
+    app = BrowserService(token=TOKEN).app()  # built, not started: no Chromium
+    routes = sorted({(r.method, r.resource.canonical) for r in app.router.routes()})
+    return routes + [("GET", "/no-such-endpoint"), ("POST", "/no-such-endpoint"), ("DELETE", "/allocate")]
+
+
+@needs_chromium
+def test_every_endpoint_answers_401_without_the_token(main_url):
+    from rlinf.engines.web.client import OPERATIONS
+
+    routes = _routes()
+    assert {path for _, path in routes} >= {f"/{op}" for op in OPERATIONS} | {"/health", "/stats"}
+    wrong = [{}, bearer("not-the-token-" + "0" * 32), {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"},
+             bearer(TOKEN + "x"), bearer(TOKEN[:-1])]
+
+    async def body():
+        async with httpx.AsyncClient(base_url=main_url, timeout=10) as raw:
+            before = (await raw.get("/stats", headers=AUTH)).json()
+            answers = [(method, path, await raw.request(method, path, headers=headers,
+                                                        json={} if method == "POST" else None))
+                       for headers in wrong for method, path in routes]
+            after = (await raw.get("/stats", headers=AUTH)).json()
+        async with client(main_url, token="not-the-token-" + "0" * 32) as c:
+            with pytest.raises(OperationFailed, match="allocate failed: HTTP 401: missing or wrong bearer token"):
+                await c.allocate()
+            retries = c.retries["allocate"]
+        return before, answers, after, retries
+    before, answers, after, retries = run(body())
+    assert len(answers) == len(wrong) * len(routes)
+    for method, path, answer in answers:
+        assert answer.status_code == 401, (method, path, answer.status_code)
+        assert answer.headers["www-authenticate"] == "Bearer" and TOKEN not in answer.text
+        if method != "HEAD":
+            assert answer.json() == {"error": "missing or wrong bearer token (send Authorization: Bearer <token>)"}
+    # nothing of those requests was processed: no allocation, no request counted
+    assert after["requests"] == {**before["requests"]} and after["live"] == before["live"] == 0
+    assert retries == 0  # a 401 is never retried
 
 
 @needs_chromium

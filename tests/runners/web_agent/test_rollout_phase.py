@@ -63,11 +63,15 @@ class ScriptedBackend:
         return [Reply(text=self.act(t), prompt_ids=[1, 2], response_ids=[3], logprobs=[-0.1]) for t in texts]
 
 
+TOKEN = "phase-service-token-" + "3" * 32
+
+
 @pytest.fixture(scope="module")
 def stack():
     sites = [SiteServer(seed=0), SiteServer(seed=0)]
     bases = [s.start() for s in sites]
-    services = [start_service_thread(server_size=3, operation_timeout=20, wait_timeout=60) for _ in range(2)]
+    services = [start_service_thread(server_size=3, operation_timeout=20, wait_timeout=60, token=TOKEN,
+                                     origin_tokens={base: site.token}) for site, base in zip(sites, bases)]
     yield [{"browser": url, "site": base} for (url, _), base in zip(services, bases)]
     for _, stop in services:
         stop()
@@ -103,7 +107,7 @@ def test_phase_solves_saves_judges_and_resumes(stack, tmp_path):
     lines = []
     trajs = asyncio.run(run_phase(tasks, stack, policy, _settings(save_screenshots=True),
                                   _limits(verbose=True, screenshot_comparison_workers=2), str(tmp_path), 0,
-                                  judge=RuleEvaluator(), log=lines.append))
+                                  judge=RuleEvaluator(), log=lines.append, token=TOKEN))
     assert len([line for line in lines if "answered after" in line]) == 6  # verbose: a line per episode
     clicks = [s for t in trajs for s in t["steps"] if (s["action"] or {}).get("type") == "click"]
     assert clicks and all(s["page_unchanged"] is False for s in clicks)  # every click opened a page
@@ -126,7 +130,7 @@ def test_phase_solves_saves_judges_and_resumes(stack, tmp_path):
     _check_report_in_browser(str(tmp_path), expected=6)
     again = ScriptedBackend()
     trajs2 = asyncio.run(run_phase(tasks, stack, BatchingPolicy(again), _settings(), _limits(), str(tmp_path), 0,
-                                   judge=RuleEvaluator()))
+                                   judge=RuleEvaluator(), token=TOKEN))
     assert again.seen == [] and len(trajs2) == 6
 
 
@@ -155,7 +159,7 @@ def test_stragglers_are_cut_after_the_grace_period_and_kept(stack, tmp_path):
     started = time.monotonic()
     trajs = asyncio.run(run_phase(tasks, stack[:1], BatchingPolicy(ScriptedBackend(), max_in_flight=2),
                                   _settings(), _limits(completion_threshold=0.8, completion_grace_period=0.5),
-                                  str(tmp_path), 1, judge=RuleEvaluator()))
+                                  str(tmp_path), 1, judge=RuleEvaluator(), token=TOKEN))
     assert time.monotonic() - started < 25
     by_id = {t["task"]["task_id"]: t for t in trajs}
     assert by_id["hung"]["status"] == "straggler" and by_id["hung"]["reward"] == 0.0
@@ -167,7 +171,7 @@ def test_a_site_that_does_not_answer_is_a_crash_not_a_hang(stack, tmp_path):
     task = dict(_tasks(1)[0], task_id="dead", start_url="http://127.0.0.1:9/shop/", repeat=0)
     started = time.monotonic()
     trajs = asyncio.run(run_phase([task], stack[:1], BatchingPolicy(ScriptedBackend()), _settings(),
-                                  _limits(), str(tmp_path), 0, judge=RuleEvaluator()))
+                                  _limits(), str(tmp_path), 0, judge=RuleEvaluator(), token=TOKEN))
     assert time.monotonic() - started < 30
     (traj,) = trajs
     assert traj["status"] == "crashed" and traj["steps"][0]["action"]["type"] == "invalid_url"
