@@ -4,7 +4,8 @@ A :class:`Recipe` says what is specific to its kind of run; :func:`run_recipe` d
 the same for every recipe::
 
     compose (the Hydra entry)  ->  parse the typed root config  ->  checks before Ray
-    ->  cluster + placement plan  ->  logger  ->  worker groups  ->  runner (resume?)
+    ->  memory estimate (cluster.memory_check)  ->  cluster + placement plan  ->  logger
+    ->  worker groups  ->  runner (resume?)
     ->  fit  ->  shutdown                          all under runner.recover_mode
 
 What a recipe gives:
@@ -108,9 +109,11 @@ def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str
 def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
     """One attempt: checks before Ray, cluster, logger, groups, runner, fit, shutdown."""
     from rlinf.runners.launch import start_cluster
+    from rlinf.runners.memory_plan import check_before_ray
     from rlinf.scheduler.errors import OutOfMemoryError
 
     start = recipe.prepare(raw)
+    check_before_ray(start.cfg, print_fn)  # cluster.memory_check: the estimate, before Ray
     cluster, plan = start_cluster(start.cfg, print_fn)
     for line in recipe.describe(start, plan):
         print_fn(f"[rlinf] {line}")

@@ -10,7 +10,7 @@ Example:
     >>> ClusterConfig.from_dict({"num_nodes": 1, "component_placment": {}})
     Traceback (most recent call last):
     ...
-    rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerators_per_node, backend, component_placement, node_groups, num_nodes
+    rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerator_memory_gib, accelerators_per_node, backend, component_placement, memory_check, node_groups, num_nodes
     >>> ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 2,
     ...                          "component_placement": {"actor,rollout": "all"}})
     Traceback (most recent call last):
@@ -47,6 +47,15 @@ class ClusterConfig:
             memory), so a breakpoint in a worker method fires under ``python -m pdb``. Needs one
             node and one process per component (e.g. ``actor,rollout,reward: 0`` with
             ``accelerators_per_node: 1``); anything else is refused before the run starts.
+        memory_check: our key. Before Ray starts, every run estimates each role's memory per rank
+            (weights, gradients, optimizer state, activations, log-softmax over the vocabulary, KV
+            cache, simulators; docs/memory.md) and sums it per accelerator and per node.
+            ``warn`` (default): prints the estimate and a warning for a device it exceeds; ``error``:
+            refuses such a plan before Ray starts, naming the role and the keys that would bring it
+            under; ``off`` (or ``false``: YAML 1.1 and OmegaConf read a bare ``off`` so): neither estimates nor prints.
+        accelerator_memory_gib: our key. Memory of one accelerator in GiB for that check; null =
+            what ``torch.cuda`` reports on the driver's node (no GPU there: the run is planned on
+            CPU, against the node's RAM shared by its ranks).
     """
 
     component_placement: dict[str, Any]
@@ -54,6 +63,8 @@ class ClusterConfig:
     accelerators_per_node: int | None = None
     node_groups: tuple[dict[str, Any], ...] = ()
     backend: Literal["ray", "local"] = "ray"
+    memory_check: Literal["warn", "error", "off", False] = "warn"
+    accelerator_memory_gib: float | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], key: str = "cluster") -> ClusterConfig:
@@ -66,6 +77,8 @@ class ClusterConfig:
         check(self.accelerators_per_node is None or self.accelerators_per_node >= 0,
               f"{path}.accelerators_per_node",
               f"expected an int >= 0 or null, got {self.accelerators_per_node}")
+        check(self.accelerator_memory_gib is None or self.accelerator_memory_gib > 0,
+              f"{path}.accelerator_memory_gib", f"must be > 0 or null, got {self.accelerator_memory_gib}")
         check(bool(self.component_placement), f"{path}.component_placement",
               "empty; place at least one component, e.g. {actor,rollout: all}")
         if self.backend == "local":

@@ -107,11 +107,13 @@ class Capacity:
         accelerator_bytes: memory of one accelerator.
         node_bytes: RAM of one node.
         source: where the figures come from (shown in the report).
+        kind: ``gpu`` (model state on the accelerators) or ``cpu`` (a CPU run: everything in RAM).
     """
 
     accelerator_bytes: int | None = None
     node_bytes: int | None = None
     source: str = ""
+    kind: str = "gpu"
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,10 @@ def device_loads(plan: PlacementPlan, estimate: MemoryEstimate) -> list[DeviceLo
     for key in sorted(set(resident) | set(turns)):
         res, turn = resident.get(key, {}), turns.get(key, {})
         big = max(turn, key=turn.get, default=None)
-        parts = {n: int(res.get(n, 0) + (turn[n] if n == big else 0)) for n in set(res) | set(turn)}
+        parts = {n: int(res.get(n, 0) + (turn[n] if n == big else 0)) for n in sorted(set(res) | set(turn))}
+        parts = {n: b for n, b in parts.items() if b}
+        if not parts:
+            continue
         out.append(DeviceLoad(key[0], key[1], sum(parts.values()), parts))
     for node in sorted(host):
         parts = {n: int(b) for n, b in host[node].items() if b}
@@ -223,7 +228,8 @@ def render_memory(plan: PlacementPlan, estimate: MemoryEstimate, capacity: Capac
 
 
 def register_file_estimator(fn: Callable) -> Callable:
-    """Register ``fn(path, plan, capacity) -> MemoryEstimate`` for ``--memory`` (a decorator)."""
+    """Register ``fn(path) -> (cluster mapping, estimate(plan, capacity) -> MemoryEstimate)`` for
+    ``--memory`` (a decorator)."""
     _FILE_ESTIMATORS.append(fn)
     return fn
 

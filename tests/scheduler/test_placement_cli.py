@@ -164,7 +164,7 @@ def test_flag_errors_name_the_flag(capsys, flags, expected):
 
 def test_usage_errors_are_one_line_exit_2():
     usage = ("usage: python -m rlinf.scheduler.placement [-h] [--nodes N] [--accelerators-per-node M] [--json] "
-             "CONFIG.yaml")
+             "[--memory] [--device-memory-gib G] [--cpu] CONFIG.yaml")
     for args, message in [
         ((), "the following arguments are required: CONFIG.yaml"),
         ((DATA / "two_nodes.yaml", "--bogus"), "unrecognized arguments: --bogus"),

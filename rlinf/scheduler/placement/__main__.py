@@ -3,9 +3,15 @@
 Usage::
 
     python -m rlinf.scheduler.placement CONFIG.yaml [--nodes N] [--accelerators-per-node M] [--json]
+                                                    [--memory [--device-memory-gib G | --cpu]]
 
 Prints a grid of nodes x accelerators (or, with ``--json``, the plan as JSON) and exits 0. Any
 invalid input prints one line ``error: ...`` to stderr and exits 2.
+
+``--memory`` adds each role's memory per rank and every device's peak (docs/memory.md). The
+estimate needs the run's configs and model shapes, which this layer does not read: it comes from
+the module :data:`rlinf.scheduler.memory.ESTIMATOR_MODULES` names (imported only for ``--memory``);
+the sums per device, the capacity check and the text are this layer's.
 """
 
 from __future__ import annotations
@@ -145,8 +151,20 @@ def run(argv: Sequence[str] | None = None) -> str:
                         help="accelerators per node (overrides cluster.accelerators_per_node; default 8, "
                              "a planning assumption: at run time the count comes from the cluster)")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--memory", action="store_true",
+                        help="add each role's memory per rank and every device's peak (reads the whole config)")
+    parser.add_argument("--device-memory-gib", type=float, metavar="G",
+                        help="with --memory: memory of one accelerator (default cluster.accelerator_memory_gib; "
+                             "unknown = no check)")
+    parser.add_argument("--cpu", action="store_true", help="with --memory: plan a CPU run against this node's RAM")
     args = parser.parse_args(argv)
-    cluster = load_cluster(args.config)
+    estimate_on = None
+    if args.memory:  # the whole config is read (Hydra-composed where it has defaults)
+        from rlinf.scheduler.memory import file_estimator
+
+        cluster, estimate_on = file_estimator()(args.config)
+    else:
+        cluster = load_cluster(args.config)
     checked = {"component_placement", "node_groups"}
     if args.nodes is None:
         checked.add("num_nodes")
@@ -161,7 +179,25 @@ def run(argv: Sequence[str] | None = None) -> str:
     plan = plan_placement(cluster["component_placement"], shape)
     if args.json:
         return json.dumps(plan_to_json(plan), indent=2)
+    if estimate_on is not None:
+        return render_grid(plan) + "\n\n" + _memory_text(args, cluster, plan, estimate_on)
     return render_grid(plan)
+
+
+def _memory_text(args, cluster: Mapping, plan, estimate_on) -> str:
+    """``--memory``: the estimator's figures for the config, summed on ``plan``."""
+    from rlinf.scheduler.memory import GIB, Capacity, node_ram_bytes, render_memory
+
+    gib = args.device_memory_gib if args.device_memory_gib is not None else cluster.get("accelerator_memory_gib")
+    if gib is not None and (not isinstance(gib, (int, float)) or gib <= 0):
+        raise CliError(f"--device-memory-gib / cluster.accelerator_memory_gib: expected a number > 0, got {gib!r}")
+    if args.cpu:
+        capacity = Capacity(None, node_ram_bytes(), "CPU run: this node's RAM", kind="cpu")
+    elif gib is not None:
+        capacity = Capacity(int(gib * GIB), node_ram_bytes(), f"{gib:g} GiB per accelerator")
+    else:
+        capacity = Capacity(None, node_ram_bytes(), "GPU memory unknown: pass --device-memory-gib to check")
+    return render_memory(plan, estimate_on(plan, capacity), capacity)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
