@@ -10,7 +10,7 @@ free), so its next ``update()`` fails inside the forward pass with torch's own
 ``torch.OutOfMemoryError``. The driver's error must be an ``OutOfMemoryRaisedError`` whose one line
 names ``actor[0]``, the step (``update()``), GPU memory, the GPU's figures, the micro-batch key
 (``algorithm.training_batch_size_per_gpu``) and a CUDA peak; after the filler is freed the same
-worker's next update must succeed.
+worker's next update must succeed. One update runs before the GPU is filled, as in training.
 
 A dry run (CPU) cannot run out of GPU memory: the engine's ``train_minibatch`` raises
 ``torch.cuda.OutOfMemoryError`` with torch's message instead, and the same line is checked
@@ -68,6 +68,10 @@ def run(ctx: Context) -> dict:
         batch.old_logprobs = torch.zeros(batch.response_ids.shape)
         args = [(batch, [batch.num_response_tokens])]
         engine = group.actors[0].instance.engine
+        # One update first: FSDP2 sets its streams up lazily in the first forward, and an OOM in
+        # the middle of that leaves the module unusable (seen on an H200); an OOM in training
+        # comes after that.
+        group.execute_each("update", args).wait(timeout=600)
         filler: list[torch.Tensor] = []
         if on_gpu:
             filler = _fill_gpu()
