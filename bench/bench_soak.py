@@ -25,6 +25,7 @@ on (a cache that fills and stops shows a large growth but ~0 here).
     .venv/bin/python bench/bench_soak.py                        # all three, ~1 h on 2 cores
     .venv/bin/python bench/bench_soak.py --only web --web-iterations 60
     .venv/bin/python bench/bench_soak.py --quick                # a few steps each (smoke; ~3 min)
+    .venv/bin/python bench/bench_soak.py --tables bench/results/soak_<date>.json --warmup 0.2
 
 RSS counts shared pages in every process that maps them (forked workers, Chromium's zygote), so
 the total is an upper bound of the memory in use; growth is what this measures. All samples go
@@ -244,7 +245,8 @@ def table(part: dict) -> str:
     """The markdown table of one part (its header line, then role rows)."""
     lines = [f"**{part['name']}**: {part['steps_done']} steps in {part['minutes']:.1f} min "
              f"(warm-up: first {part['warmup_steps']} steps dropped), load (1-min avg) "
-             f"{part['load_min']:.1f}-{part['load_max']:.1f}, mean {part['load_mean']:.1f}; exit {part['returncode']}",
+             f"{part['load_min']:.1f}-{part['load_max']:.1f}, mean {part['load_mean']:.1f}; exit {part['returncode']}"
+             + (" (stopped early by the soak)" if part.get("interrupted") else ""),
              "",
              "| role | pids (max live / seen) | RSS after warm-up (MiB) | RSS at end (MiB) | growth | 2nd half "
              "| goal < 5 % |",
@@ -306,7 +308,7 @@ def run_part(part: Part, args, log) -> dict:
     t0 = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
     tail, samples, loads = StepTail(metrics), [], []
-    last_step, last_log = None, t0
+    last_step, last_log, interrupted = None, t0, False
     try:
         while proc.poll() is None:
             step = tail.poll()
@@ -324,16 +326,29 @@ def run_part(part: Part, args, log) -> dict:
                     last_log = time.time()
                 last_step = step
             time.sleep(args.interval)
+    except KeyboardInterrupt:  # stopped early: the run is stopped too, and what was measured is kept
+        interrupted = True
+        log(f"[soak] {part.name}: interrupted; stopping the run")
     finally:
         stop(proc)
         err.close()
     step = tail.poll()
     warmup_steps = math.ceil(args.warmup * len({s["step"] for s in samples if s["step"] is not None}))
     return {"name": part.name, "command": " ".join(cmd[1:]), "out_dir": out_dir, "returncode": proc.returncode,
+            "interrupted": interrupted,
             "steps_done": step or 0, "minutes": (time.time() - t0) / 60, "warmup_steps": warmup_steps,
             "load_min": min(loads, default=math.nan), "load_max": max(loads, default=math.nan),
             "load_mean": statistics.fmean(loads) if loads else math.nan,
             "rows": summarize(samples, args.warmup), "samples": samples}
+
+
+def report(header: str, results: list[dict], warmup: float) -> None:
+    """Print the header and one table per part, the rows computed again from the samples with ``warmup``."""
+    print(header)
+    for r in results:
+        r["rows"] = summarize(r["samples"], warmup)
+        r["warmup_steps"] = math.ceil(warmup * len({s["step"] for s in r["samples"] if s["step"] is not None}))
+        print("\n" + table(r))
 
 
 def main(argv=None) -> None:
@@ -347,7 +362,14 @@ def main(argv=None) -> None:
     parser.add_argument("--json", default=None,
                         help="where to write every sample (default bench/results/soak_<date>.json)")
     parser.add_argument("--quick", action="store_true", help="a few steps of each part (a smoke run)")
+    parser.add_argument("--tables", metavar="JSON", default=None,
+                        help="run nothing: print the tables of a saved soak (e.g. with another --warmup)")
     args = parser.parse_args(argv)
+    if args.tables:
+        with open(args.tables) as f:
+            saved = json.load(f)
+        report(saved["header"], saved["parts"], args.warmup)
+        return
     selected = parts(args)
     # started in the background (`... &`) SIGINT is ignored, and the runs would inherit that: take it
     # (and SIGTERM) as an interrupt so that a stopped soak stops its run too
@@ -361,20 +383,21 @@ def main(argv=None) -> None:
     mem = psutil.virtual_memory()
     header = (f"soak {started:%Y-%m-%d %H:%M}: {os.cpu_count()} cores, {mem.total / 2**30:.0f} GiB "
               f"({mem.available / 2**30:.1f} GiB available at start), load at start {os.getloadavg()[0]:.1f}; "
-              f"sample every {args.interval} s; growth after a {100 * args.warmup:.0f} % warm-up, goal < 5 % per role")
+              f"sample every {args.interval} s; growth: median of the last 10 % of steps vs the first 10 % "
+              "after warm-up, goal < 5 % per role")
+    path = args.json or os.path.join(ROOT, "bench", "results", f"soak_{started:%Y-%m-%d_%H%M}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     results = []
     for part in selected:
         results.append(run_part(part, args, log))
         log(table(results[-1]) + "\n")
-    print(header)
-    for r in results:
-        print("\n" + table(r))
-    path = args.json or os.path.join(ROOT, "bench", "results", f"soak_{started:%Y-%m-%d_%H%M}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump({"header": header, "argv": sys.argv[1:], "parts": results}, f)
+        with open(path, "w") as f:  # after every part: a soak stopped later keeps what it measured
+            json.dump({"header": header, "argv": sys.argv[1:], "parts": results}, f)
+        if results[-1]["interrupted"]:
+            break
+    report(header, results, args.warmup)
     print(f"\nsamples: {path}")
-    if any(r["returncode"] != 0 for r in results):
+    if any(r["returncode"] != 0 and not r.get("interrupted") for r in results):
         raise SystemExit(1)
 
 

@@ -140,3 +140,18 @@ def test_parts_set_the_lengths_and_refuse_an_unknown_name(soak, tmp_path):
     assert "runner.iterations=50" in cmd and metrics == str(tmp_path / "web" / "metrics.jsonl")
     with pytest.raises(SystemExit, match="unknown part"):
         soak.parts(argparse.Namespace(**{**vars(args), "only": "math,gpu"}))
+
+
+def test_tables_of_a_saved_soak_are_computed_again_with_another_warmup(soak, tmp_path, capsys):
+    mib = 1 << 20
+    samples = _samples({"driver": [500.0 * mib] * 40, "chromium": [100.0 * mib] * 10 + [400.0 * mib] * 30})
+    part = {"name": "web", "steps_done": 12, "minutes": 3.0, "warmup_steps": 4, "load_min": 1.0, "load_max": 2.0,
+            "load_mean": 1.5, "returncode": -2, "interrupted": True, "rows": [], "samples": samples}
+    path = tmp_path / "soak.json"
+    path.write_text(json.dumps({"header": "soak test", "parts": [part]}))
+    soak.main(["--tables", str(path), "--warmup", "0.1"])
+    early = capsys.readouterr().out
+    assert "(stopped early by the soak)" in early and "| chromium | 1 / 1 | 100 |" in early  # base in the jump
+    soak.main(["--tables", str(path), "--warmup", "0.3"])
+    late = capsys.readouterr().out
+    assert "first 12 steps dropped" in late and "| chromium | 1 / 1 | 400 | 400 | +0.0 %" in late
