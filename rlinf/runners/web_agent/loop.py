@@ -35,7 +35,7 @@ from rlinf.runners.web_agent.metrics import rollout_metrics
 from rlinf.runners.web_agent.rollout import run_phase
 from rlinf.runners.web_agent.screens import noop_rate
 from rlinf.runners.web_agent.store import load_iteration
-from rlinf.runners.web_agent.update import select_samples, step_batches
+from rlinf.runners.web_agent.update import pool_entries, select_samples, step_batches
 
 
 def web_schedule(cfg, resume_dir: str | None) -> Schedule:
@@ -133,7 +133,7 @@ class WebAgentRunner(ScheduledRunner):
     def update(self, trajectories: list[dict], iteration: int) -> dict:
         algo = self.cfg.algorithm_config
         rng = random.Random(self.cfg.runner.iteration_seed(iteration))
-        self.pool.extend((iteration, t) for t in trajectories)
+        self.pool.extend(pool_entries(algo.method, iteration, trajectories))
         steps, adv, val = select_samples(algo.method, trajectories, self.pool, algo, rng)
         ranks = self.actor.world_size
         out = {"actor/samples": float(len(steps)), "actor/val_samples": float(len(val))}
@@ -197,7 +197,8 @@ class WebAgentRunner(ScheduledRunner):
         self.history = list(state.get("metrics", []))
         self.sync_weights(self.step)
         for k in range(self.step):
-            self.pool.extend((k, t) for t in load_iteration(self._folder("train"), k))
+            self.pool.extend(pool_entries(self.cfg.algorithm_config.method, k,
+                                          load_iteration(self._folder("train"), k)))
 
     def record(self, metrics: dict) -> None:
         super().record({k: float(v) for k, v in metrics.items()})

@@ -78,3 +78,24 @@ def test_sft_loss_is_token_mean_nll():
     logprobs = torch.tensor([[-1.0, -2.0], [-3.0, -9.0]])  # the -9 sits on padding
     loss, metrics = sft_loss_fn(logprobs, None, batch)
     assert float(loss) == pytest.approx((1 + 2 + 3) / 3) and metrics["sft_loss"] == pytest.approx(2.0)
+
+
+def test_a_grpo_update_keeps_no_trajectories_and_filtered_sft_only_its_successes():
+    """bench_soak: the driver kept every trajectory of every iteration (GRPO never reads them):
+    +1.2 MiB an iteration. Now GRPO's pool stays empty, filtered_sft's holds successes only."""
+    from types import SimpleNamespace
+
+    from rlinf.runners.web_agent.loop import WebAgentRunner
+    from rlinf.runners.web_agent.update import pool_entries
+
+    trajs = [{"task": {"task_id": "t"}, "reward": 1.0, "judge": {"success": True}, "steps": []} for _ in range(4)]
+    runner = SimpleNamespace(pool=[], actor=SimpleNamespace(world_size=1),
+                             cfg=SimpleNamespace(algorithm_config=SimpleNamespace(method="grpo"),
+                                                 runner=SimpleNamespace(iteration_seed=lambda i: i)))
+    for iteration in range(3):
+        out = WebAgentRunner.update(runner, trajs, iteration)  # equal rewards: nothing to train on
+        assert out["actor/optimizer_steps"] == 0.0
+    assert runner.pool == []
+    failed = {"task": {"task_id": "u"}, "judge": {"success": False}}
+    blocked = {"task": {"task_id": "v"}, "judge": {"success": True}, "blocked": True}
+    assert pool_entries("filtered_sft", 2, [trajs[0], failed, blocked]) == [(2, trajs[0])]
