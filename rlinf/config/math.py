@@ -61,6 +61,7 @@ class MathConfig(RootConfig):
     COMPONENTS = MATH_COMPONENTS
     REQUIRED = ("actor", "rollout")
     RUN_KIND = "a math run"
+    TASK_TYPE = "math"
     PLACEMENT_EXAMPLE = "{actor,rollout,reward: all}"
 
     @property
@@ -89,7 +90,8 @@ class MathConfig(RootConfig):
         check(prompt + new <= self.runner.seq_length, "algorithm.sampling_params.max_new_tokens",
               f"data.max_prompt_length ({prompt}) + max_new_tokens ({new}) exceeds "
               f"runner.seq_length ({self.runner.seq_length})")
-        check(self.runner.task_type == "math", "runner.task_type", "must be math for this entry point")
+        check(self.runner.task_type == self.TASK_TYPE, "runner.task_type",
+              f"must be {self.TASK_TYPE} for this entry point")
         check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES)
         check(self.algorithm.max_head_offpolicyness == 0 or self.algorithm.loss_type == "decoupled_ppo",
               "algorithm.loss_type", "async rollout (max_head_offpolicyness > 0) needs decoupled_ppo")

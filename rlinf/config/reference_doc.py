@@ -172,12 +172,17 @@ def _flat_heading(path: str, label: str) -> str:
 
 def document() -> str:
     """The full text of ``docs/config_reference.md``: title, intro, every section of a math run,
-    then the sections only embodied runs have (``env`` and below)."""
+    then the sections only embodied runs have (``env`` and below) and those only tool-agent runs
+    have (``agentloop``)."""
+    from rlinf.config.agent import ToolAgentConfig
+
     text = render_reference(MathConfig, TITLE, INTRO)
     seen = {heading for heading, _, _ in _sections(MathConfig, "")}
-    for heading, path, cls in _sections(EmbodiedConfig, ""):
-        if heading not in seen:
-            text += "\n".join(_section_text(heading, path, cls))
+    for root in (EmbodiedConfig, ToolAgentConfig):
+        for heading, path, cls in _sections(root, ""):
+            if heading not in seen:
+                seen.add(heading)
+                text += ("" if text.endswith("\n\n") else "\n") + "\n".join(_section_text(heading, path, cls))
     return text
 
 

@@ -154,8 +154,11 @@ class RewardConfig:
             tokenizer; the chat template, when it has one, wraps prompt and response as a user
             and an assistant turn).
         model_micro_batch_size: sequences per reward-model forward pass.
-        reward_type: which rule-based reward (math).
-        reward_scale: correct answers get +reward_scale, incorrect ones -reward_scale.
+        reward_type: which rule-based reward: ``math`` (the last ``\\boxed{}`` checked with
+            math-verify: +reward_scale / -reward_scale), ``exact_match`` (normalised equality with
+            the gold, or any item of a JSON-list gold: reward_scale / 0) or ``f1`` (reward_scale x
+            token F1; correct = exact match); see :mod:`rlinf.rewards.qa`.
+        reward_scale: the size of the rule reward (see reward_type).
         rule_weight: weight of the rule reward (0 = accuracy is still measured, not rewarded).
         model_weight: weight of the reward model's score.
         judge_weight: weight of the judge's score.
@@ -169,7 +172,7 @@ class RewardConfig:
     use_reward_model: bool = False
     model: ModelRef = field(default_factory=ModelRef)
     model_micro_batch_size: int = 8
-    reward_type: Literal["math"] = "math"
+    reward_type: Literal["math", "exact_match", "f1"] = "math"
     reward_scale: float = 1.0
     rule_weight: float = 1.0
     model_weight: float = 1.0

@@ -31,7 +31,7 @@ class RunnerConfig:
     """``runner``.
 
     Attributes:
-        task_type: math or embodied.
+        task_type: math, embodied or tool_agent.
         logger: see :class:`LoggerConfig`.
         max_epochs: passes over the training data.
         max_steps: trainer steps; -1 = derived from max_epochs.
@@ -60,7 +60,7 @@ class RunnerConfig:
             ``logger.log_path`` at the end (our key).
     """
 
-    task_type: Literal["math", "embodied"] = "math"
+    task_type: Literal["math", "embodied", "tool_agent"] = "math"
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     max_epochs: int = 1
     max_steps: int = -1

@@ -33,7 +33,7 @@ import torch
 _TENSOR_FIELDS = (
     "prompt_ids", "prompt_mask", "response_ids", "response_mask", "rollout_logprobs",
     "old_logprobs", "ref_logprobs", "values", "rewards", "advantages", "returns", "group_ids",
-    "correct",
+    "correct", "loss_mask",
 )
 
 
@@ -60,6 +60,13 @@ class RolloutBatch:
         prompt_texts: the prompts as written in the data (for reward models and judges).
         finish_reasons: "stop" or "length" per sample.
         policy_version: actor version whose weights generated the batch.
+        loss_mask: ``[B, R]`` the response tokens the policy is trained on, when not all of them
+            are the model's own (a tool agent's tool results: 0); None = ``response_mask``.
+            Attention still covers every response token; :attr:`train_mask` is what losses,
+            advantages and token metrics use.
+        episodes: per sample, a tool agent's episode figures (``turns``, ``tool_calls``,
+            ``invalid_calls``, ``tool_errors``, ``tool_timeouts``, ``end_reason``, ...); empty
+            for single-turn rollouts.
     """
 
     prompt_ids: torch.Tensor
@@ -81,6 +88,8 @@ class RolloutBatch:
     prompt_texts: list[str] = field(default_factory=list)
     finish_reasons: list[str] = field(default_factory=list)
     policy_version: int = 0
+    loss_mask: torch.Tensor | None = None
+    episodes: list[dict] = field(default_factory=list)
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -118,6 +127,12 @@ class RolloutBatch:
     @property
     def response_lengths(self) -> torch.Tensor:
         return self.response_mask.sum(-1)
+
+    @property
+    def train_mask(self) -> torch.Tensor:
+        """The tokens losses and advantages cover: ``loss_mask`` (tool results out) when set,
+        else ``response_mask``."""
+        return self.response_mask if self.loss_mask is None else self.loss_mask
 
     @property
     def num_response_tokens(self) -> int:

@@ -42,9 +42,12 @@ def load_tokenizer(path: str, settings=None):
     return tokenizer
 
 
-def prompt_encoder(tokenizer, apply_chat_template: bool):
+def prompt_encoder(tokenizer, apply_chat_template: bool, system_prompt: str | None = None,
+                   tools: list[dict] | None = None):
     """A function text -> prompt token ids: the user turn rendered with the tokenizer's chat
     template plus the assistant generation prompt (``data.apply_chat_template``), or the raw text.
+    With the template, ``system_prompt`` comes first as a system turn (unless the prompt is a chat
+    that has one) and ``tools`` (function schemas) go to the template as ``tools=``.
 
     Raises:
         ValueError: the chat template is asked for but the tokenizer has none.
@@ -55,7 +58,10 @@ def prompt_encoder(tokenizer, apply_chat_template: bool):
     def encode(text) -> list[int]:
         if apply_chat_template:
             chat = text if isinstance(text, list) else [{"role": "user", "content": text}]
-            text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            if system_prompt is not None and not (chat and chat[0].get("role") == "system"):
+                chat = [{"role": "system", "content": system_prompt}, *chat]
+            extra = {"tools": tools} if tools else {}
+            text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False, **extra)
         return list(tokenizer(text, add_special_tokens=not apply_chat_template)["input_ids"])
 
     return encode

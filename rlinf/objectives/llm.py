@@ -44,7 +44,7 @@ def add_advantages(batch: RolloutBatch, algo: AlgorithmConfig) -> None:
     estimator = get_advantage_estimator(algo.adv_type)
     if estimator.needs_critic and batch.values is None:
         raise ValueError(f"adv_type {estimator.name} needs critic values in the batch")
-    mask = batch.response_mask
+    mask = batch.train_mask  # a tool agent's tool results are not the policy's actions
     batch.rewards = shape_rewards(batch.rewards, algo)
     kl_penalty = None
     if algo.kl_beta > 0 and algo.kl_in_reward and batch.ref_logprobs is not None:
@@ -79,7 +79,7 @@ def make_loss_fn(algo: AlgorithmConfig) -> LossFn:
     """
 
     def loss_fn(logprobs: torch.Tensor, entropy: torch.Tensor | None, mb: RolloutBatch):
-        mask = mb.response_mask
+        mask = mb.train_mask
         old = mb.old_logprobs if mb.old_logprobs is not None else logprobs.detach()
         clip = dict(ratio_clip_eps=algo.ratio_clip_eps, clip_eps_high=algo.clip_ratio_high,
                     clip_ratio_c=algo.clip_ratio_c, early_stop_imp_ratio=algo.early_stop_imp_ratio,

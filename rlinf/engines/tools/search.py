@@ -253,6 +253,10 @@ class SearchTool(Tool):
         best = np.argsort(-scores, kind="stable")[:k]
         return [(self._passages[i], float(scores[i])) for i in best if scores[i] > 0]
 
+    def start(self) -> None:
+        """Build the index in the worker at start (not in the first call's time limit)."""
+        self.load()
+
     def call(self, arguments: dict, session: ToolSession) -> ToolResult:
         query = arguments["query"].strip()
         if not query:

@@ -39,11 +39,14 @@ class MathGroups:
                 group.close()
 
 
-def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, total_steps: int) -> MathGroups:
+def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, total_steps: int,
+                       rollout_worker: type = GenerationWorker, rollout_extra: tuple = ()) -> MathGroups:
     """Start actor, rollout, reward and inference groups where the plan puts them; link actor ->
     rollout. Reference log-probs (``kl_beta > 0``) come from a separate inference group when
     ``inference`` is placed apart from the actor, else from a frozen copy inside the actor (as for
-    the reference's ``actor,inference,rollout: all``).
+    the reference's ``actor,inference,rollout: all``). ``rollout_worker`` (a
+    :class:`GenerationWorker` subclass, e.g. a tool agent's) takes ``rollout_extra`` after the
+    generation worker's arguments.
 
     All groups' processes are requested first and then awaited together, so their start-up
     (interpreter, imports, model load) overlaps; if any fails, every started group is shut down."""
@@ -66,8 +69,9 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
             inference = launch(ReferenceWorker, plan.component("inference"), cfg.inference.group_name,
                                (cfg.model_path, cfg.actor, cfg.algorithm))
         rollout_model = cfg.rollout.model.model_path or cfg.model_path
-        rollout = launch(GenerationWorker, plan.component("rollout"), cfg.rollout.group_name,
-                         (rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model, cfg.actor.tokenizer))
+        rollout = launch(rollout_worker, plan.component("rollout"), cfg.rollout.group_name,
+                         (rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model, cfg.actor.tokenizer,
+                          *rollout_extra))
         overlong = (cfg.algorithm.sampling_params.max_new_tokens, cfg.algorithm.overlong_buffer_len,
                     cfg.algorithm.overlong_penalty_factor, cfg.tokenizer_path, cfg.actor.tokenizer)
         if "reward" in plan.components:

@@ -247,7 +247,7 @@ def _split_by_variance(batch: RolloutBatch) -> tuple[list[RolloutBatch], list[Ro
 def _value_metrics(batch: RolloutBatch) -> dict[str, float]:
     """``critic/explained_var`` of the old values against the returns: 1 - Var(R - V) / Var(R)
     over response tokens (1 = a perfect critic, 0 = no better than the mean)."""
-    mask = batch.response_mask.bool()
+    mask = batch.train_mask.bool()
     if batch.values is None or batch.returns is None or not mask.any():
         return {}
     v, r = batch.values[mask].float(), batch.returns[mask].float()

@@ -24,9 +24,11 @@ from rlinf.runners.recipe import RunStart
 from rlinf.utils.typed_config import ConfigError
 
 
-def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoader | None]:
+def build_loaders(cfg: MathConfig, tokenizer, system_prompt: str | None = None,
+                  tools: list[dict] | None = None) -> tuple[PromptLoader, PromptLoader | None]:
     """Train and validation prompt loaders from ``data:`` (prompts longer than
     ``data.max_prompt_length`` tokens are dropped; a validation batch is at most the whole set).
+    ``system_prompt`` / ``tools`` go to the chat template (a tool agent's).
 
     Raises:
         ConfigError: a data file lacks the prompt / answer key, no prompt fits, or the train set
@@ -34,7 +36,7 @@ def build_loaders(cfg: MathConfig, tokenizer) -> tuple[PromptLoader, PromptLoade
     """
     d = cfg.data
     try:
-        encode = prompt_encoder(tokenizer, d.apply_chat_template)
+        encode = prompt_encoder(tokenizer, d.apply_chat_template, system_prompt, tools)
     except ValueError as exc:
         raise ConfigError("data.apply_chat_template", str(exc).replace("data.apply_chat_template is ", "")) from None
     loaders = []
@@ -70,16 +72,19 @@ class MathStart(RunStart):
     val: Any = None
 
 
-def prepare_math(raw: Any) -> MathStart:
+def prepare_math(raw: Any, config_cls: type[MathConfig] = MathConfig, prompt_extras=None) -> MathStart:
     """All checks of a math run before Ray (see the module docstring).
 
     Raises:
         ConfigError: the first problem found, naming its key.
+
+    ``config_cls`` is the root config (a subclass for recipes built on this one);
+    ``prompt_extras(cfg)`` gives ``(system_prompt, tools)`` for the chat template.
     """
     from rlinf.data.tokenizer import load_tokenizer
     from rlinf.scheduler.cluster import check_cluster_before_start
 
-    cfg = MathConfig.load(raw, check_paths=False)
+    cfg = config_cls.load(raw, check_paths=False)
     tok_dir = cfg.actor.tokenizer.tokenizer_model
     if tok_dir is not None and not (os.path.isdir(tok_dir) and any(
             os.path.isfile(os.path.join(tok_dir, f)) for f in HF_TOKENIZER_FILES + ("tokenizer_config.json",))):
@@ -116,7 +121,7 @@ def prepare_math(raw: Any) -> MathStart:
                "actor.tokenizer.tokenizer_model" if tok_dir else "actor.model.model_path")
         raise ConfigError(key, f"the tokenizer in {cfg.tokenizer_path!r} does not load "
                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-    train, val = build_loaders(cfg, tokenizer)
+    train, val = build_loaders(cfg, tokenizer, *(prompt_extras(cfg) if prompt_extras else ()))
     resume_step = check_run_folders(cfg.runner)
     if resume_step is not None and cfg.critic.use_critic_model:
         from rlinf.runners.checkpoint import resolve_resume_dir

@@ -45,9 +45,9 @@ def value_loss_fn(value_clip: float | None, loss_agg_func: str):
     """The per-micro-batch loss of the value engine: clipped value loss against ``returns``."""
 
     def loss_fn(values: torch.Tensor, _entropy, mb: RolloutBatch):
-        loss, metrics = compute_value_loss(values, mb.values, mb.returns, mb.response_mask,
+        loss, metrics = compute_value_loss(values, mb.values, mb.returns, mb.train_mask,
                                            value_clip_eps=value_clip, loss_agg_func=loss_agg_func)
-        err = masked_mean((values.detach() - mb.returns).square(), mb.response_mask)
+        err = masked_mean((values.detach() - mb.returns).square(), mb.train_mask)
         return loss, {**{k: float(v) for k, v in metrics.items()}, "value_mse": float(err)}
 
     return loss_fn

@@ -49,7 +49,15 @@ class MathRewardWorker(Worker):
         self.overlong = (overlong_max_length, overlong_buffer_len, overlong_penalty_factor)
 
     def score(self, texts: list[str], answers: list[str]) -> tuple[list[float], list[bool]]:
-        """Rewards (±reward_scale) and correctness of each response."""
+        """Rule rewards and correctness of each response (``reward.reward_type``: math: ±reward_scale;
+        exact_match: reward_scale or 0; f1: reward_scale x token F1, correct = exact match)."""
+        if self.cfg.reward_type != "math":
+            from rlinf.rewards.qa import exact_match, token_f1
+
+            correct = [exact_match(t, a) for t, a in zip(texts, answers)]
+            if self.cfg.reward_type == "f1":
+                return [self.cfg.reward_scale * token_f1(t, a) for t, a in zip(texts, answers)], correct
+            return [self.cfg.reward_scale * float(c) for c in correct], correct
         correct = [bool(s.correct) for s in self.verifier.score_many(Sample.many(texts, answers))]
         rewards = scale_math_rewards(torch.tensor(correct), self.cfg.reward_scale)
         return rewards.tolist(), correct

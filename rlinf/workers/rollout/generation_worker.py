@@ -63,6 +63,12 @@ class GenerationWorker(Worker):
         if not prompts.prompts:  # an empty shard (more ranks than prompts)
             return RolloutBatch.from_token_lists([], [], self.pad_token_id, group_size=n,
                                                  policy_version=self.policy_version)
+        return self.generate_batch(prompts, sampling, n, seed)
+
+    def generate_batch(self, prompts: PromptBatch, sampling: SamplingParams, n: int,
+                       seed: int | None) -> RolloutBatch:
+        """One engine call for a non-empty ``prompts`` (what :meth:`generate` runs per chunk);
+        subclasses that roll out differently (a tool agent's episodes) override this."""
         gens = self.engine.generate(prompts.token_ids, sampling, n=n, seed=seed)
         if sampling.stop:  # engines that generate past a stop string are cut at it here
             for g in gens:

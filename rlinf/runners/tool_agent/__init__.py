@@ -1,0 +1,1 @@
+"""The tool-agent recipe: multi-turn RL with tools (see :mod:`.recipe`)."""
