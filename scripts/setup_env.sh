@@ -34,6 +34,10 @@ case ",$extras," in
     *,web,*)  # Debian's Chromium for the web-agent environments (cheap to re-check; apt only when missing)
         RLINF_VENV="$venv" bash "$root/scripts/setup_system_browser.sh" ;;
 esac
+case ",$extras," in
+    *,agent,*)  # bubblewrap for the tool agent's python sandbox (apt only when missing; else one line: unshare)
+        bash "$root/scripts/setup_system_sandbox.sh" ;;
+esac
 
 stamp="$venv/.rlinf-setup-stamp"
 want="$(cat pyproject.toml constraints/cpu.txt scripts/setup_env.sh | sha256sum | cut -c1-16)-$extras"

@@ -109,6 +109,12 @@ class ToolAgentConfig(MathConfig):
               "agentloop.max_response_length",
               f"data.max_prompt_length ({self.data.max_prompt_length}) + max_response_length "
               f"({self.response_budget}) exceeds runner.seq_length ({self.runner.seq_length})")
+        python = self.tools.get("python") or {}
+        sandbox_limit = python.get("timeout_s", 10) if isinstance(python, dict) else 10
+        check("python" not in self.tools or sandbox_limit <= self.agentloop.tool_timeout_s,
+              "agentloop.tool_timeout_s",
+              f"{self.agentloop.tool_timeout_s:g} s is shorter than tools.python.timeout_s ({sandbox_limit:g} s): the "
+              "pool would give up on a call before the sandbox stops its process; raise it")
         needs = {"searchr1": "search", "code": "python"}.get(self.agentloop.toolcall_parser)
         check(needs is None or needs in self.tools, "tools",
               f"agentloop.toolcall_parser {self.agentloop.toolcall_parser} calls the {needs!r} tool; add it to tools")

@@ -54,6 +54,9 @@ class RunnerConfig:
         recover_retries: restarts allowed after failures (fault / auto).
         save_interval_secs: also checkpoint when this many seconds have passed since the last
             checkpoint (or the start), checked after each step; null = by step count only.
+        max_minutes: stop training once this much wall time has passed since the start of the
+            fit (evaluating and, with save_interval > 0, saving after that last step); null =
+            no limit (our key).
         export_hf: write the trained policy as an HF safetensors folder
             (``<output_dir>/<experiment_name>/huggingface``) at the end of training (our key).
         plot_curves: save ``curves.png`` (reward, accuracy, length per step) in
@@ -78,6 +81,7 @@ class RunnerConfig:
     recover_mode: Literal["disabled", "auto", "fault", "resume"] = "disabled"
     recover_retries: int = 3
     save_interval_secs: float | None = None
+    max_minutes: float | None = None
     export_hf: bool = True
     plot_curves: bool = True
 
@@ -90,6 +94,8 @@ class RunnerConfig:
             check(value == -1 or value >= 1, f"{path}.{key}", f"must be -1 (off) or >= 1, got {value}")
         check(self.seq_length >= 2, f"{path}.seq_length", f"must be >= 2, got {self.seq_length}")
         check(self.recover_retries >= 0, f"{path}.recover_retries", f"must be >= 0, got {self.recover_retries}")
+        check(self.max_minutes is None or self.max_minutes > 0, f"{path}.max_minutes",
+              f"must be > 0 (or null: no limit), got {self.max_minutes}")
         check(self.save_interval_secs is None or self.save_interval_secs > 0, f"{path}.save_interval_secs",
               f"must be > 0 or null, got {self.save_interval_secs}")
         check(self.max_tokens_per_mbs >= 1, f"{path}.max_tokens_per_mbs",

@@ -56,6 +56,7 @@ class Schedule:
         """The schedule of a :class:`~rlinf.config.runner.RunnerConfig` (math, embodied)."""
         return cls(label=runner.task_type, val_interval=runner.val_check_interval,
                    save_interval=runner.save_interval, save_interval_secs=runner.save_interval_secs,
+                   max_seconds=runner.max_minutes * 60 if runner.max_minutes else None,
                    resume_dir=runner.resume_dir, only_eval=runner.only_eval, export=runner.export_hf,
                    curves_path=os.path.join(runner.logger.log_path, "curves.png") if runner.plot_curves else None)
 
@@ -148,6 +149,7 @@ class ScheduledRunner:
                   dynamic_ncols=True) as bar:
             while self.step < self.total_steps:
                 metrics = self.train_step()
+                metrics["time/elapsed"] = time.monotonic() - started  # wall time since the fit began
                 out_of_time = s.max_seconds is not None and time.monotonic() - started >= s.max_seconds
                 last = self.step == self.total_steps or out_of_time
                 if validating and (s.validates_after(self.step, self.total_steps) or last):

@@ -61,6 +61,8 @@ def test_a_valid_config_parses_with_its_budget():
     ({"tools": {"calculator": 3}}, "tools.calculator: expected a mapping"),
     ({"agentloop.toolcall_parser": "searchr1"}, "tools: agentloop.toolcall_parser searchr1 calls the 'search' tool"),
     ({"runner.task_type": "math"}, "runner.task_type: must be tool_agent"),
+    ({"tools": {"python": {"timeout_s": 60}}}, "agentloop.tool_timeout_s: 30 s is shorter than tools.python"),
+    ({"runner.max_minutes": 0}, "runner.max_minutes: must be > 0"),
 ])
 def test_bad_agent_keys_are_one_line_naming_the_key(changes, key):
     with pytest.raises(ConfigError) as info:
