@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.config.math import MathConfig
-from rlinf.utils.typed_config import ConfigError, check
+from rlinf.utils.typed_config import ConfigError, check, rule
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,10 @@ class AgentLoopConfig:
     system_prompt: str | None = None
     pass_tool_schemas: bool = True
     format_reward: float = 0.0
-    train_mode: Literal["trajectory", "per_turn"] = "trajectory"
+    train_mode: Literal["trajectory", "per_turn"] = rule(
+        "trajectory", only=("trajectory",),
+        reason="per_turn is not built yet: with token-in/token-out episodes its samples carry the same tokens and "
+               "log-probs as trajectory mode; use trajectory")
 
     def validate(self, path: str) -> None:
         for key in ("max_turns", "max_parallel_calls", "max_tool_response_length", "tool_concurrency"):
@@ -73,9 +76,6 @@ class AgentLoopConfig:
               f"must be >= 1, got {self.max_response_length}")
         check(self.tool_timeout_s > 0, f"{path}.tool_timeout_s", f"must be > 0, got {self.tool_timeout_s}")
         check(0 < self.wait_fraction <= 1, f"{path}.wait_fraction", f"must be in (0, 1], got {self.wait_fraction}")
-        check(self.train_mode == "trajectory", f"{path}.train_mode",
-              "per_turn is not built yet: with token-in/token-out episodes its samples carry the same tokens "
-              "and log-probs as trajectory mode; use trajectory")
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,3 @@ class ToolAgentConfig(MathConfig):
         needs = {"searchr1": "search", "code": "python"}.get(self.agentloop.toolcall_parser)
         check(needs is None or needs in self.tools, "tools",
               f"agentloop.toolcall_parser {self.agentloop.toolcall_parser} calls the {needs!r} tool; add it to tools")
-
-    def build_tools(self) -> dict:
-        """The tool objects, each built from its keys and checked (files, binaries)."""
-        from rlinf.engines.tools.base import make_tool
-
-        return {name: make_tool(name, options) for name, options in self.tools.items()}

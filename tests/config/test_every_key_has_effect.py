@@ -1,6 +1,7 @@
 """Every key the typed config accepts has its effect or is refused (the house rule).
 
-The test walks every field under ``MathConfig``, ``EmbodiedConfig`` and ``WebAgentConfig``. A field must be one of:
+The test walks every field under ``MathConfig``, ``EmbodiedConfig``, ``WebAgentConfig`` and
+``ToolAgentConfig``. A field must be one of:
 
 * scoped to the other kind of run (``rule(scope=...)``): setting it there is refused with the key
   named (task scopes) or named in a start-up note (the idle training backend's keys);
@@ -23,6 +24,7 @@ from typing import Any, Literal, Union
 
 import pytest
 
+from rlinf.config.agent import ToolAgentConfig
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.config.math import MathConfig
 from rlinf.config.web import WebAgentConfig
@@ -47,8 +49,9 @@ WEB_BASE = {"save_path": "r", "policy_config": {"base_model": "m"},
             "cluster": {"num_nodes": 1, "accelerators_per_node": 1,
                         "component_placement": {"env": 0, "rollout": 0, "actor": 0}},
             "env_config": {"test_tasks_rollout_size": 2, "test_tasks_repeat_times": 1}}
+TOOL_BASE = {**MATH_BASE, "runner": {"task_type": "tool_agent"}, "tools": {"calculator": {}}}
 ROOTS = {"math": (MathConfig, MATH_BASE), "embodied": (EmbodiedConfig, EMBODIED_BASE),
-         "web": (WebAgentConfig, WEB_BASE)}
+         "web": (WebAgentConfig, WEB_BASE), "tool_agent": (ToolAgentConfig, TOOL_BASE)}
 
 #: names several sections share (or that other objects have too): the file that reads each
 #: path, and a snippet of that read, so "read somewhere" means read for this key
@@ -191,7 +194,7 @@ def _get(raw: dict, path: str, default: Any) -> Any:
 
 def _parse(task: str, raw: dict):
     cls, _ = ROOTS[task]
-    return cls.from_dict(raw, check_paths=False) if task in ("math", "web") else cls.from_dict(raw)
+    return cls.from_dict(raw, check_paths=False) if task in ("math", "web", "tool_agent") else cls.from_dict(raw)
 
 
 def _cases():

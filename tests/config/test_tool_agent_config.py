@@ -10,6 +10,7 @@ import pytest
 from rlinf.config.agent import ToolAgentConfig
 from rlinf.engines.tools.base import Tool, ToolResult, ToolSession, make_tool
 from rlinf.engines.tools.pool import ToolPool
+from rlinf.runners.tool_agent.recipe import build_tools
 from rlinf.utils.typed_config import ConfigError
 
 BASE = {
@@ -55,7 +56,7 @@ def test_a_valid_config_parses_with_its_budget():
     ({"agentloop.toolcall_parser": "xml"}, "agentloop.toolcall_parser: 'xml' is not allowed"),
     ({"agentloop.max_response_length": 200}, "agentloop.max_response_length: data.max_prompt_length (80)"),
     ({"agentloop.wait_fraction": 0}, "agentloop.wait_fraction"),
-    ({"agentloop.train_mode": "per_turn"}, "agentloop.train_mode: per_turn is not built yet"),
+    ({"agentloop.train_mode": "per_turn"}, "agentloop.train_mode: 'per_turn' is refused: per_turn is not built yet"),
     ({"agentloop.bogus": 1}, "agentloop.bogus: unknown key"),
     ({"tools": {}}, "tools: name at least one tool"),
     ({"tools": {"calculator": 3}}, "tools.calculator: expected a mapping"),
@@ -82,12 +83,12 @@ def test_bad_agent_keys_are_one_line_naming_the_key(changes, key):
 def test_tools_are_built_and_checked_before_ray(tools, key):
     cfg = _cfg(tools=tools)
     with pytest.raises(ConfigError) as info:
-        cfg.build_tools()
+        build_tools(cfg)
     assert str(info.value).startswith(key), str(info.value)
 
 
 def test_a_users_own_tool_by_class_path_runs_in_the_pool():
-    tools = _cfg(tools={"rev": {"class_path": f"{__name__}:Reverse"}, "calculator": {}}).build_tools()
+    tools = build_tools(_cfg(tools={"rev": {"class_path": f"{__name__}:Reverse"}, "calculator": {}}))
     assert tools["rev"].name == "rev" and isinstance(tools["rev"], Reverse)
     pool = ToolPool(tools)
     assert pool.submit("rev", {"text": "abc"}, ToolSession()).result().text == "cba"

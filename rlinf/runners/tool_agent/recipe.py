@@ -22,11 +22,19 @@ from rlinf.runners.math.recipe import MathRecipe
 from rlinf.runners.recipe import run_recipe
 
 
+def build_tools(cfg: ToolAgentConfig) -> dict:
+    """The run's tool objects (``tools:``), each built from its keys and checked (files,
+    binaries); a problem is a :class:`~rlinf.utils.typed_config.ConfigError` naming the key."""
+    from rlinf.engines.tools.base import make_tool
+
+    return {name: make_tool(name, options) for name, options in cfg.tools.items()}
+
+
 def _prompt_extras(cfg: ToolAgentConfig) -> tuple[str | None, list[dict] | None]:
     """The system prompt and, with ``pass_tool_schemas``, the tools' schemas for the template."""
     schemas = None
     if cfg.agentloop.pass_tool_schemas:
-        tools = cfg.build_tools()
+        tools = build_tools(cfg)
         try:
             schemas = [t.schema() for t in tools.values()]
         finally:
@@ -46,7 +54,7 @@ class ToolAgentRecipe(MathRecipe):
     def prepare(self, raw: Any) -> MathStart:
         start = prepare_math(raw, ToolAgentConfig, _prompt_extras)
         if not start.cfg.agentloop.pass_tool_schemas:  # the tools are still built and checked before Ray
-            for tool in start.cfg.build_tools().values():
+            for tool in build_tools(start.cfg).values():
                 tool.close()
         return start
 
