@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.config.math import MathConfig
-from rlinf.utils.typed_config import ConfigError, check, rule
+from rlinf.utils.typed_config import ConfigError, check
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,10 @@ class AgentLoopConfig:
             Qwen2.5 / Hermes templates render them in the system turn.
         format_reward: added to the reward of an episode that ended with an answer and made no
             invalid call (0 = off).
-        train_mode: ``trajectory``: one sample per episode, tool tokens masked out of the loss.
+        train_mode: ``trajectory``: one sample per episode, tool tokens masked out of the loss;
+            ``per_turn``: one sample per model turn, the history before it as its prompt, the
+            episode's reward and advantage shared (:mod:`rlinf.runners.tool_agent.per_turn`;
+            with a ``seq-mean-*`` ``loss_agg_func`` each turn then weighs the same).
     """
 
     toolcall_parser: Literal["hermes", "searchr1", "code"] = "hermes"
@@ -63,10 +66,7 @@ class AgentLoopConfig:
     system_prompt: str | None = None
     pass_tool_schemas: bool = True
     format_reward: float = 0.0
-    train_mode: Literal["trajectory", "per_turn"] = rule(
-        "trajectory", only=("trajectory",),
-        reason="per_turn is not built yet: with token-in/token-out episodes its samples carry the same tokens and "
-               "log-probs as trajectory mode; use trajectory")
+    train_mode: Literal["trajectory", "per_turn"] = "trajectory"
 
     def validate(self, path: str) -> None:
         for key in ("max_turns", "max_parallel_calls", "max_tool_response_length", "tool_concurrency"):

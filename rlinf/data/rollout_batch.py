@@ -138,6 +138,12 @@ class RolloutBatch:
     def num_response_tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    @property
+    def num_train_tokens(self) -> int:
+        """Tokens the loss covers (``train_mask``): a token-mean loss divides by these, so tool
+        results, which are in the response but not the policy's actions, weigh nothing."""
+        return int(self.train_mask.sum())
+
     def model_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(input_ids, attention_mask, position_ids)`` of prompt + response, ``[B, P + R]``.
 

@@ -2,8 +2,9 @@
 
 Rule: rank ``r`` of ``W`` takes the ``r``-th contiguous ``1/W`` of the batch (whole groups when
 ``group_size`` divides the slice); minibatch ``i`` is every rank's ``i``-th of
-``n_minibatches`` chunks; its global response-token count is what the training engine divides
-by, so the update equals a token-mean over the whole minibatch however it is sharded.
+``n_minibatches`` chunks; its global count of trained tokens (``train_mask``: a tool agent's
+tool results do not count) is what the training engine divides by, so the update equals a
+token-mean over the whole minibatch however it is sharded.
 
 Example:
     >>> import torch
@@ -38,7 +39,7 @@ def plan_update(batch: RolloutBatch, world_size: int, n_minibatches: int) -> Upd
     tokens = [0] * n_minibatches
     for shard in shards:
         for i, mb in enumerate(shard.split(n_minibatches)):
-            tokens[i] += mb.num_response_tokens
+            tokens[i] += mb.num_train_tokens
     return UpdatePlan(shards, tokens)
 
 

@@ -56,7 +56,7 @@ def test_a_valid_config_parses_with_its_budget():
     ({"agentloop.toolcall_parser": "xml"}, "agentloop.toolcall_parser: 'xml' is not allowed"),
     ({"agentloop.max_response_length": 200}, "agentloop.max_response_length: data.max_prompt_length (80)"),
     ({"agentloop.wait_fraction": 0}, "agentloop.wait_fraction"),
-    ({"agentloop.train_mode": "per_turn"}, "agentloop.train_mode: 'per_turn' is refused: per_turn is not built yet"),
+    ({"agentloop.train_mode": "per_step"}, "agentloop.train_mode: 'per_step' is not allowed"),
     ({"agentloop.bogus": 1}, "agentloop.bogus: unknown key"),
     ({"tools": {}}, "tools: name at least one tool"),
     ({"tools": {"calculator": 3}}, "tools.calculator: expected a mapping"),

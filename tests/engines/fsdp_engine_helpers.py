@@ -61,8 +61,8 @@ def make_batch() -> RolloutBatch:
 
 
 def loss_fn(logprobs, entropy, mb):
-    """Token-mean policy-gradient loss with an entropy bonus."""
-    mask = mb.response_mask
+    """Token-mean policy-gradient loss with an entropy bonus (over ``train_mask``)."""
+    mask = mb.train_mask
     pg = masked_mean(-logprobs * mb.advantages, mask)
     ent = masked_mean(entropy, mask) if entropy is not None else torch.zeros(())
     return pg - ENTROPY_COEF * ent, {"pg_loss": pg.detach(), "entropy": ent.detach()}

@@ -45,6 +45,15 @@ def _scenarios(model_dir: str, out: str) -> dict:
     eq = engine(token_weighted=False)
     res["equal"] = eq.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
     res["num_params"] = eng.num_params
+    # a tool agent's batch: most of micro-batch 2's response is tool output (loss mask 0)
+    masked = make_batch()
+    masked.loss_mask = masked.response_mask.clone()
+    masked.loss_mask[2:5, 1:] = 0
+    mmbs = [masked.select([0, 1]), masked.select([2, 3, 4]), masked.select([5])]
+    fresh = engine()  # the initial weights (``eng`` has stepped)
+    res["masked_per_mb"] = [(float(loss_fn(*fresh.compute_logprobs(mb, 8, with_entropy=True), mb)[0]),
+                             mb.num_train_tokens, mb.num_response_tokens) for mb in mmbs]
+    res["masked"] = fresh.train_minibatch(mmbs, loss_fn, masked.num_train_tokens)["loss"]
     pre = engine(forward_prefetch=True, backward_prefetch="pre")
     res["prefetch_loss"] = [pre.train_minibatch(mbs, loss_fn, batch.num_response_tokens)["loss"]
                             for _ in range(2)]
@@ -71,6 +80,15 @@ def test_valid_token_scale_weighs_micro_batches_by_tokens_or_equally(res):
     assert res["weighted"] == pytest.approx(weighted, rel=1e-5)
     assert res["equal"] == pytest.approx(equal, rel=1e-5)
     assert abs(weighted - equal) > 1e-4
+
+
+def test_micro_batches_weigh_by_trained_tokens_not_tool_tokens(res):
+    """A token-mean over the minibatch's trained tokens: a micro-batch full of tool output does
+    not weigh more than the policy tokens it holds."""
+    losses, trained, response = zip(*res["masked_per_mb"])
+    assert trained != response
+    assert res["masked"] == pytest.approx(sum(x * n for x, n in zip(losses, trained)) / sum(trained), rel=1e-5)
+    assert abs(res["masked"] - sum(x * n for x, n in zip(losses, response)) / sum(response)) > 1e-4
 
 
 def test_prefetch_changes_the_schedule_not_the_numbers(res):

@@ -192,7 +192,7 @@ class DeepSpeedEngine(TrainingEngine):
                         num_tokens_total: int) -> dict[str, float]:
         """One optimizer step over this rank's ``micro_batches``; the FSDP engine's contract.
 
-        ``num_tokens_total`` is the number of response tokens of the WHOLE minibatch summed over
+        ``num_tokens_total`` is the number of trained response tokens of the WHOLE minibatch summed over
         all ranks; ``loss_fn`` returns each micro-batch's token-mean loss. The engine backpropagates
         ``loss * world_size * mb_tokens / num_tokens_total`` (``engine.backward`` without
         DeepSpeed's division by the accumulation steps); DeepSpeed averages gradients over the
@@ -210,10 +210,10 @@ class DeepSpeedEngine(TrainingEngine):
         """
         self.onload()
         self.engine.train()
-        local_tokens = sum(mb.num_response_tokens for mb in micro_batches)
+        local_tokens = sum(mb.num_train_tokens for mb in micro_batches)
         if num_tokens_total < local_tokens:
             raise ValueError(f"num_tokens_total={num_tokens_total} is below this rank's {local_tokens} "
-                             "response tokens; pass the minibatch's token count summed over all ranks")
+                             "trained tokens; pass the minibatch's token count summed over all ranks")
         total = max(num_tokens_total, 1)
         if not self.token_weighted:
             total_mbs = sum_over_ranks(float(len(micro_batches)), self.device)
@@ -228,7 +228,7 @@ class DeepSpeedEngine(TrainingEngine):
                 mb = batch_to(micro_batches[i], self.device)
                 logp, ent = response_logprobs(self.engine, mb, self.temperature, self.train_entropy)
                 loss, metrics = loss_fn(logp, ent, mb)
-                weight = (micro_batches[i].num_response_tokens / total if self.token_weighted
+                weight = (micro_batches[i].num_train_tokens / total if self.token_weighted
                           else 1.0 / total_mbs)
                 loss_sum += weight * to_float(loss)
                 for k, v in metrics.items():

@@ -204,9 +204,9 @@ class FSDPEngine(TrainingEngine):
                         num_tokens_total: int) -> dict[str, float]:
         """One optimizer step over this rank's ``micro_batches``.
 
-        ``num_tokens_total`` is the number of response tokens of the WHOLE minibatch, summed over
-        all ranks. ``loss_fn`` returns each micro-batch's loss normalised by that micro-batch's own
-        token count (token-mean); the engine backpropagates
+        ``num_tokens_total`` is the number of trained response tokens (``train_mask``) of the
+        WHOLE minibatch, summed over all ranks. ``loss_fn`` returns each micro-batch's loss
+        normalised by that micro-batch's own token count (token-mean); the engine backpropagates
         ``loss * world_size * mb_tokens / num_tokens_total``. FSDP averages gradients over the
         ``world_size`` ranks, so the reduced gradient is that of
         ``sum_mb loss_mb * mb_tokens / num_tokens_total``, i.e. the token-mean loss of the whole
@@ -223,10 +223,10 @@ class FSDPEngine(TrainingEngine):
         """
         self.onload()
         self.model.train()
-        local_tokens = sum(mb.num_response_tokens for mb in micro_batches)
+        local_tokens = sum(mb.num_train_tokens for mb in micro_batches)
         if num_tokens_total < local_tokens:
             raise ValueError(f"num_tokens_total={num_tokens_total} is below this rank's {local_tokens} "
-                             "response tokens; pass the minibatch's token count summed over all ranks")
+                             "trained tokens; pass the minibatch's token count summed over all ranks")
         total = max(num_tokens_total, 1)
         if not self.token_weighted:  # every micro-batch of every rank weighs the same
             total_mbs = sum_over_ranks(float(len(micro_batches)), self.device)
@@ -241,7 +241,7 @@ class FSDPEngine(TrainingEngine):
                 mb = batch_to(micro_batches[i], self.device)
                 logp, ent = self._response_forward(mb, self.train_entropy)
                 loss, metrics = loss_fn(logp, ent, mb)
-                weight = (micro_batches[i].num_response_tokens / total if self.token_weighted
+                weight = (micro_batches[i].num_train_tokens / total if self.token_weighted
                           else 1.0 / total_mbs)
                 loss_sum += weight * to_float(loss)
                 for k, v in metrics.items():

@@ -82,16 +82,17 @@ class MathRunner(ScheduledRunner):
         algo, t = self.cfg.algorithm, time.perf_counter()
         batch, metrics = self._rollout_batch()                                               # 1-4
         add_advantages(batch, algo)                                                          # 5
+        samples = self._update_samples(batch)
         t_update = time.perf_counter()
         critic = self.groups.critic
         critic_call = None
         if critic is not None:                                                               # 6a
-            cplan = plan_update(batch, critic.world_size, algo.n_minibatches)
+            cplan = plan_update(samples, critic.world_size, algo.n_minibatches)
             critic_call = critic.execute_each("update", [(s, cplan.minibatch_tokens) for s in cplan.shards])
         train_actor = self.step >= self.cfg.critic.warmup_steps  # critic warm-up: value model only
         actor_metrics = {}
         if train_actor:
-            update = plan_update(batch, self.groups.actor.world_size, algo.n_minibatches)    # 6
+            update = plan_update(samples, self.groups.actor.world_size, algo.n_minibatches)  # 6
             actor_metrics = self.groups.actor.execute_each(
                 "update", [(s, update.minibatch_tokens) for s in update.shards]).wait()[0]
         if critic_call is not None:
@@ -104,11 +105,16 @@ class MathRunner(ScheduledRunner):
         metrics["time/sync"] = time.perf_counter() - t_sync
         metrics["time/step"] = time.perf_counter() - t
         lengths = batch.response_lengths.float()
-        return {**metrics, **actor_metrics, "step": float(self.step),
+        return {**metrics, **actor_metrics, "step": float(self.step), "update/samples": float(samples.batch_size),
                 "rollout/staleness": float(self.step - 1 - batch.policy_version),
                 "response/length_mean": float(lengths.mean()),
                 "response/clip_frac": sum(r == "length" for r in batch.finish_reasons) / batch.batch_size,
                 "throughput/tokens_per_s": batch.num_response_tokens / max(metrics["time/step"], 1e-9)}
+
+    def _update_samples(self, batch: RolloutBatch) -> RolloutBatch:
+        """The samples step 6 trains on, from the scored batch with its advantages: the batch
+        itself (a recipe may cut it otherwise, e.g. the tool agent's per-turn samples)."""
+        return batch
 
     def _rollout_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
         """Steps 1-4: the scored batch of this step, refilled by dynamic sampling if enabled."""
@@ -155,14 +161,18 @@ class MathRunner(ScheduledRunner):
         if self.val is None:
             return {}
         greedy = replace(self.cfg.algorithm.sampling_params, do_sample=False, min_new_tokens=0)
-        correct, total, length = 0.0, 0, 0.0
+        batches = []
         for prompts in self.val.epoch_batches():
             job = self.pipeline.submit(prompts, greedy, 1, seed=0,
                                        chunk=self.cfg.algorithm.val_rollout_batch_size_per_gpu)
-            batch, _ = self.pipeline.collect(job, logprobs=False)
-            correct += float(batch.correct.float().sum())
-            length += float(batch.response_lengths.float().sum())
-            total += batch.batch_size
+            batches.append(self.pipeline.collect(job, logprobs=False)[0])
+        return self._validation_metrics(batches)
+
+    def _validation_metrics(self, batches: list[RolloutBatch]) -> dict[str, float]:
+        """``val/accuracy``, ``val/response_length`` and ``val/count`` over the greedy batches."""
+        total = sum(b.batch_size for b in batches)
+        correct = sum(float(b.correct.float().sum()) for b in batches)
+        length = sum(float(b.response_lengths.float().sum()) for b in batches)
         return {"val/accuracy": correct / max(total, 1), "val/response_length": length / max(total, 1),
                 "val/count": float(total)}
 

@@ -48,12 +48,17 @@ class MathRecipe(Recipe):
         total = total_training_steps(start.cfg, start.train.batches_per_epoch)
         return launch_math_groups(start.cfg, cluster, plan, total)
 
-    def build_runner(self, start: MathStart, groups, logger, print_fn: Callable = print):
+    def runner_class(self) -> type:
+        """The loop class :meth:`build_runner` makes (a recipe that extends this one returns
+        its subclass of :class:`~rlinf.runners.math.loop.MathRunner`)."""
         from rlinf.runners.math.loop import MathRunner
 
+        return MathRunner
+
+    def build_runner(self, start: MathStart, groups, logger, print_fn: Callable = print):
         tok = start.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        runner = MathRunner(start.cfg, groups, start.train, start.val, pad, logger)
+        runner = self.runner_class()(start.cfg, groups, start.train, start.val, pad, logger)
         if start.cfg.rollout.recompute_logprobs:
             why = runner.pipeline.recompute_reason
             how = ("the update's own (one on-policy optimizer step per batch: no separate pass)" if why is None

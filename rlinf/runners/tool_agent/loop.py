@@ -8,19 +8,21 @@ update -> weight sync) with multi-turn episodes as the rollout.
     4-7.            as in :mod:`rlinf.runners.math.loop` (log-probs, advantages, update, sync),
                     every token quantity on the loss mask
 
-Validation runs the held-out prompts greedily and reports ``val/accuracy`` with the same
-episode metrics under ``val_agent/``.
+With ``agentloop.train_mode: per_turn`` step 6 trains on one sample per model turn
+(:mod:`rlinf.runners.tool_agent.per_turn`). Validation runs the held-out prompts greedily and
+reports ``val/accuracy`` with the same episode metrics under ``val_agent/``.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import math
 
 import torch
 
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.runners.math.loop import MathRunner
 from rlinf.runners.tool_agent.metrics import agent_metrics, format_ok
+from rlinf.runners.tool_agent.per_turn import split_turns
 
 
 class ToolAgentRunner(MathRunner):
@@ -40,21 +42,19 @@ class ToolAgentRunner(MathRunner):
         metrics.update(agent_metrics(batch))
         return batch, metrics
 
-    def validate(self) -> dict[str, float]:
-        if self.val is None:
-            return {}
-        greedy = replace(self.cfg.algorithm.sampling_params, do_sample=False, min_new_tokens=0)
-        batches = []
-        for prompts in self.val.epoch_batches():
-            job = self.pipeline.submit(prompts, greedy, 1, seed=0,
-                                       chunk=self.cfg.algorithm.val_rollout_batch_size_per_gpu)
-            batch, _ = self.pipeline.collect(job, logprobs=False)
-            batches.append(batch)
-        total = sum(b.batch_size for b in batches)
-        correct = sum(float(b.correct.float().sum()) for b in batches)
-        length = sum(float(b.response_lengths.float().sum()) for b in batches)
-        out = {"val/accuracy": correct / max(total, 1), "val/response_length": length / max(total, 1),
-               "val/count": float(total)}
+    def _validation_metrics(self, batches: list[RolloutBatch]) -> dict[str, float]:
+        out = super()._validation_metrics(batches)
         if batches:
             out.update(agent_metrics(RolloutBatch.concat(batches, self.pad_token_id), prefix="val_agent"))
         return out
+
+    def _update_samples(self, batch: RolloutBatch) -> RolloutBatch:
+        """``agentloop.train_mode``: the episodes (``trajectory``) or one sample per model turn
+        (``per_turn``, :func:`~rlinf.runners.tool_agent.per_turn.split_turns`)."""
+        if self.cfg.agentloop.train_mode != "per_turn":
+            return batch
+        n = self.cfg.algorithm.n_minibatches
+        multiple = self.groups.actor.world_size * n
+        if self.groups.critic is not None:
+            multiple = math.lcm(multiple, self.groups.critic.world_size * n)
+        return split_turns(batch, self.pad_token_id, multiple)

@@ -62,7 +62,7 @@ class ToolAgentRecipe(MathRecipe):
         a = start.cfg.agentloop
         return [*super().describe(start, plan),
                 f"agent: {a.toolcall_parser} calls to {', '.join(start.cfg.tools)}; up to {a.max_turns} turns, "
-                f"{start.cfg.response_budget} response tokens (model + tool)"]
+                f"{start.cfg.response_budget} response tokens (model + tool); trained as {a.train_mode} samples"]
 
     def launch(self, start: MathStart, cluster, plan, print_fn: Callable = print):
         from rlinf.runners.math.groups import launch_math_groups
@@ -74,12 +74,10 @@ class ToolAgentRecipe(MathRecipe):
         return launch_math_groups(cfg, cluster, plan, total, AgentRolloutWorker,
                                   (cfg.agentloop, dict(cfg.tools), cfg.response_budget))
 
-    def build_runner(self, start: MathStart, groups, logger, print_fn: Callable = print):
+    def runner_class(self) -> type:
         from rlinf.runners.tool_agent.loop import ToolAgentRunner
 
-        tok = start.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        return ToolAgentRunner(start.cfg, groups, start.train, start.val, pad, logger)
+        return ToolAgentRunner
 
 
 #: the tool-agent recipe (stateless)

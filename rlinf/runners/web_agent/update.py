@@ -80,4 +80,4 @@ def step_batches(steps: list[dict], advantages: list[float] | None, pad_token_id
             batches = [steps_to_batch([steps[i] for i in part], pad_token_id,
                                       None if advantages is None else [advantages[i] for i in part],
                                       max_length=cutoff_len) for part in parts]
-            yield batches, sum(b.num_response_tokens for b in batches if b.batch_size)
+            yield batches, sum(b.num_train_tokens for b in batches if b.batch_size)

@@ -1,6 +1,6 @@
 """The tool-agent recipe under Ray: two GRPO steps with the calculator and the sandboxed Python
-tool (collocated), and one disaggregated step; episodes reach the metrics, the tool tokens are
-masked out of the loss, the weights move."""
+tool (collocated), and one disaggregated step trained per turn; episodes reach the metrics, the
+tool tokens are masked out of the loss, the weights move."""
 
 from __future__ import annotations
 
@@ -65,11 +65,15 @@ def test_two_collocated_steps_train_on_episodes_with_tool_calls(ray_cluster, tmp
     assert rows[1]["actor/grad_norm"] > 0
 
 
-def test_a_disaggregated_step_streams_episodes_to_the_trainer(ray_cluster, tmp_path, tool_model):
+def test_a_disaggregated_per_turn_step_streams_episodes_to_the_trainer(ray_cluster, tmp_path, tool_model):
     from rlinf.runners.tool_agent.recipe import run_tool_agent
 
     cfg = _config(tmp_path, tool_model, {"actor": "0-1", "rollout,reward": 2}, 3, max_steps=1)
+    cfg["agentloop"]["train_mode"] = "per_turn"
     summary = run_tool_agent(json.loads(json.dumps(cfg)), print_fn=lambda *_: None)
     assert summary["steps"] == 1
     (row,) = read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))
     assert "agent/tool_call_rate" in row and "actor/policy_loss" in row
+    # one sample per model turn of the 16 episodes, rounded up to 2 actor ranks x 1 minibatch
+    turns = round(row["agent/turns"] * 16)
+    assert row["update/samples"] == turns + turns % 2 and turns > 16

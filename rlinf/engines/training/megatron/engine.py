@@ -227,7 +227,7 @@ class MegatronEngine(TrainingEngine):
                         num_tokens_total: int) -> dict[str, float]:
         """One optimizer step over this replica's ``micro_batches``.
 
-        ``num_tokens_total`` counts the response tokens of the WHOLE minibatch (all replicas).
+        ``num_tokens_total`` counts the trained response tokens of the WHOLE minibatch (all replicas).
         ``loss_fn`` returns each micro-batch's token-mean loss; the schedule backpropagates
         ``loss * dp * n_micro * mb_tokens / num_tokens_total`` (megatron divides by the number of
         micro-batches, its DDP averages over the ``dp`` replicas), so the reduced gradient is that
@@ -240,10 +240,10 @@ class MegatronEngine(TrainingEngine):
         """
         if not self.trainable:
             raise RuntimeError("this MegatronEngine was built with trainable=False")
-        local_tokens = sum(mb.num_response_tokens for mb in micro_batches)
+        local_tokens = sum(mb.num_train_tokens for mb in micro_batches)
         if num_tokens_total < local_tokens:
             raise ValueError(f"num_tokens_total={num_tokens_total} is below this replica's {local_tokens} "
-                             "response tokens; pass the minibatch's token count summed over all ranks")
+                             "trained tokens; pass the minibatch's token count summed over all ranks")
         self.onload()
         self.model.train()
         self.model.zero_grad_buffer()
@@ -258,7 +258,7 @@ class MegatronEngine(TrainingEngine):
             if not micro_batches:
                 weight = 0.0
             elif self.token_weighted:
-                weight = x.batch.num_response_tokens / total
+                weight = x.batch.num_train_tokens / total
             else:  # algorithm.use_valid_token_scale false: each micro-batch weighs the same
                 weight = 1.0 / scale
             return loss * (weight * scale), {"loss": weight * to_float(loss), "metrics": metrics}
