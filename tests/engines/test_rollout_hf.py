@@ -4,6 +4,8 @@ min_new_tokens, in-place weight loading, and the factory."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -254,6 +256,42 @@ def test_lean_loop_stops_when_every_row_finished(tiny):
     got = stop[0].generate([PROMPTS[0]] * 3, sp)
     assert [g.token_ids for g in got] == [g.token_ids for g in stop[1].generate([PROMPTS[0]] * 3, sp)]
     assert all(g.finish_reason == "stop" and len(g.token_ids) <= 3 for g in got)
+
+
+class _CharTokenizer:
+    """Token ``i`` reads as the character ``chr(0x4E00 + i)`` (one character per token)."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(0x4E00 + i) for i in ids)
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [self.decode(r) for r in rows]
+
+
+def test_stop_strings_end_rows_while_decoding(tiny, monkeypatch):
+    """With the tokenizer, a row ends at the token completing a stop string (as vLLM does) and
+    the batch stops decoding once every row has; without it the row runs to max_new_tokens."""
+    from rlinf.engines.rollout import lean_decode
+
+    path, _ = tiny
+    sp = SamplingParams(do_sample=False, max_new_tokens=12, min_new_tokens=0)
+    free = HFRolloutEngine(path).generate([PROMPTS[0]], sp)[0].token_ids
+    assert len(free) == 12 and EOS not in free
+    stop = _CharTokenizer().decode(free[3:5])
+    steps = []
+    real_forward = lean_decode._forward
+    monkeypatch.setattr(lean_decode, "_forward", lambda *a, **k: steps.append(1) or real_forward(*a, **k))
+    for decode in ("lean", "generate"):
+        eng = HFRolloutEngine(path, decode=decode)
+        eng.set_tokenizer(_CharTokenizer())
+        steps.clear()
+        got = eng.generate([PROMPTS[0]] * 2, replace(sp, stop=(stop,)))
+        assert [g.token_ids for g in got] == [free[:5]] * 2 and {g.finish_reason for g in got} == {"stop"}
+        assert [len(g.logprobs) for g in got] == [5, 5]
+        if decode == "lean":
+            assert len(steps) == 5  # prefill + 4 decode steps, not 12
+    untold = HFRolloutEngine(path).generate([PROMPTS[0]], replace(sp, stop=(stop,)))[0]
+    assert untold.token_ids == free and untold.finish_reason == "length"  # the caller cuts (cut_at_stop)
 
 
 def test_other_architectures_fall_back_to_generate(tmp_path):

@@ -53,6 +53,10 @@ class RolloutEngine(ABC):
         weights are fused or sharded under other names do not offer it."""
         raise NotImplementedError(f"{type(self).__name__} cannot read its weights back by HF name")
 
+    def set_tokenizer(self, tokenizer) -> None:
+        """The run's tokenizer, for engines that stop on ``sampling.stop`` strings while decoding
+        (HF); default: not needed (vLLM / SGLang detokenize themselves)."""
+
     def offload(self) -> None:
         """Free accelerator memory between phases (collocated mode); default: nothing to do."""
 

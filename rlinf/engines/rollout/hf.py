@@ -14,6 +14,10 @@ The first processor sees the raw float32 logits of each step and records
 :mod:`rlinf.engines.rollout._common` (no penalty, no truncation). Only one step of full-vocab
 log-probs is kept alive at a time.
 
+Stop strings: with the run's tokenizer (:meth:`HFRolloutEngine.set_tokenizer`, which the rollout
+workers call) a row ends at the token that completes one of ``sampling.stop``, as on vLLM, and a
+batch stops decoding once every row has ended; without it the caller cuts afterwards.
+
 Decoding: ``decode="lean"`` (the default) runs the steps with
 :func:`~rlinf.engines.rollout.lean_decode.lean_generate` — the same model, processors and
 sampling rule without ``generate``'s per-step overhead — for the Llama family (qwen2, qwen3,
@@ -46,6 +50,7 @@ from rlinf.engines.rollout._common import (
 )
 from rlinf.engines.rollout.base import Generation, RolloutEngine
 from rlinf.engines.rollout.lean_decode import lean_decode_problem, lean_generate
+from rlinf.engines.rollout.stops import StopStringWatcher, cut_at_stop
 
 
 class _RawLogprobRecorder:
@@ -137,6 +142,13 @@ class HFRolloutEngine(RolloutEngine):
         self.lean = problem is None
         #: ``lean`` or ``generate (<why>)``: the decode loop this engine runs
         self.decode_path = "lean" if self.lean else f"generate ({problem})"
+        self.tokenizer = None  # set_tokenizer: stop strings end rows while decoding
+
+    def set_tokenizer(self, tokenizer) -> None:
+        """With the tokenizer, ``sampling.stop`` strings finish a row at the token that completes
+        them (:class:`~rlinf.engines.rollout.stops.StopStringWatcher`) instead of the row decoding
+        on to EOS or ``max_new_tokens`` and being cut afterwards."""
+        self.tokenizer = tokenizer
 
     # ---- generation -----------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
@@ -212,16 +224,21 @@ class HFRolloutEngine(RolloutEngine):
             num_beams=1, num_return_sequences=1, eos_token_id=self._eos(sampling) or None,
             pad_token_id=self.pad_token_id, return_dict_in_generate=False, use_cache=True)
         processors = self._processors(sampling, prompt_len, recorder)
+        watcher = (StopStringWatcher(self.tokenizer, sampling.stop, prompt_len)
+                   if sampling.stop and self.tokenizer is not None else None)
         if self.lean:
             sequences = lean_generate(
                 self.model, input_ids.to(self.device), attention_mask.to(self.device),
                 max_new_tokens=int(sampling.max_new_tokens), processors=processors,
                 do_sample=bool(sampling.do_sample), eos_token_ids=self._eos(sampling),
-                pad_token_id=self.pad_token_id)
+                pad_token_id=self.pad_token_id, stop_check=watcher)
         else:
+            from transformers import StoppingCriteriaList
+
             sequences = self.model.generate(
                 input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
-                generation_config=gen_cfg, logits_processor=processors)
+                generation_config=gen_cfg, logits_processor=processors,
+                stopping_criteria=StoppingCriteriaList([watcher] if watcher else []))
         logprobs = recorder.finish(sequences).cpu()
         responses = sequences[:, prompt_len:].cpu()
         eos = set(self._eos(sampling))
@@ -233,6 +250,9 @@ class HFRolloutEngine(RolloutEngine):
                 if tok in eos:
                     tokens, finish = tokens[: j + 1], "stop"
                     break
+            cut = cut_at_stop(tokens, self.tokenizer, sampling.stop) if watcher is not None else None
+            if cut is not None:  # a row the watcher finished: its stop string ends it
+                tokens, finish = tokens[:cut], "stop"
             out.append(Generation(prompt_index=prompt_index, token_ids=tokens,
                                   logprobs=logprobs[row, : len(tokens)].tolist(), finish_reason=finish))
         return out

@@ -117,7 +117,7 @@ def _forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: _Cache, s
 @torch.no_grad()
 def lean_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                   processors: Sequence[Callable], do_sample: bool, eos_token_ids: Sequence[int],
-                  pad_token_id: int) -> torch.Tensor:
+                  pad_token_id: int, stop_check: Callable | None = None) -> torch.Tensor:
     """``[b, P + n]`` prompt + generated tokens, as ``generate`` returns them (``n`` <=
     ``max_new_tokens``: the loop stops early once every row has emitted an EOS id; finished rows
     are padded with ``pad_token_id``).
@@ -129,6 +129,8 @@ def lean_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         do_sample: sample from ``softmax(scores)`` (else argmax).
         eos_token_ids: ids that finish a row.
         pad_token_id: what finished rows emit.
+        stop_check: ``f(tokens_so_far) -> [b] bool``, called after each step: True finishes a
+            row as an EOS id does (the stop-string watcher).
     """
     device = input_ids.device
     b, prompt_len = input_ids.shape
@@ -164,6 +166,8 @@ def lean_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         length += 1
         if eos.numel():
             unfinished &= ~torch.isin(chosen, eos)
+        if stop_check is not None and bool(unfinished.any()):
+            unfinished &= ~stop_check(tokens[:, :length])
         if not bool(unfinished.any()) or step == max_new_tokens - 1:
             break
         logits = _forward(model, chosen[:, None], next_pos, cache, length - 1,

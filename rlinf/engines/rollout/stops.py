@@ -1,9 +1,11 @@
 """Stop strings (``algorithm.sampling_params.stop``) applied to token outputs.
 
 Engines that stop on strings themselves (vLLM) end a response at the token that completes a stop
-string; the HF engine generates on and the response is cut here afterwards, at the same place:
-the shortest prefix of tokens whose decoded text contains a stop string (that token is kept, as
-an EOS token is). Log-probs are cut alike and the finish reason becomes ``stop``.
+string. The HF engine, given the tokenizer, does the same while decoding with
+:class:`StopStringWatcher` (a row is finished at that token; the batch stops once every row has);
+:func:`cut_at_stop` then cuts at the same place on every engine: the shortest prefix of tokens
+whose decoded text contains a stop string (that token is kept, as an EOS token is). Log-probs are
+cut alike and the finish reason becomes ``stop``.
 
 Example:
     >>> class Tok:
@@ -18,6 +20,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import torch
 
 
 def cut_at_stop(token_ids: Sequence[int], tokenizer, stops: Sequence[str]) -> int | None:
@@ -35,3 +39,33 @@ def cut_at_stop(token_ids: Sequence[int], tokenizer, stops: Sequence[str]) -> in
         else:
             lo = mid + 1
     return lo
+
+
+class StopStringWatcher:
+    """Marks rows whose response has just completed a stop string, while decoding.
+
+    Called after each new token with the ``[b, P + t]`` tokens so far, it returns ``[b]`` bool:
+    True for rows whose response (after ``prompt_len``) contains a stop string. Only the last
+    ``window`` tokens of each row are decoded per call: a stop string of ``L`` characters spans
+    at most ``L`` tokens that each add a character, and the check runs every step, so it is seen
+    at the step that completes it. It has the ``StoppingCriteria`` call signature, so it serves
+    ``model.generate`` (``stopping_criteria=``) and the lean loop alike.
+
+    Example:
+        >>> class Tok:
+        ...     def batch_decode(self, rows, skip_special_tokens=True):
+        ...         return ["".join(chr(96 + i) for i in r) for r in rows]
+        >>> watch = StopStringWatcher(Tok(), ("bc",), prompt_len=1)
+        >>> watch(torch.tensor([[2, 1, 2, 3], [2, 3, 3, 3]])).tolist()   # the prompt's "bc" does not count
+        [True, False]
+    """
+
+    def __init__(self, tokenizer, stops: Sequence[str], prompt_len: int, extra_window: int = 8):
+        self.tokenizer, self.stops, self.prompt_len = tokenizer, tuple(stops), prompt_len
+        self.window = max((len(s) for s in self.stops), default=0) + extra_window
+
+    def __call__(self, input_ids: torch.Tensor, scores=None, **_) -> torch.Tensor:
+        start = max(self.prompt_len, input_ids.shape[1] - self.window)
+        tails = self.tokenizer.batch_decode(input_ids[:, start:].tolist(), skip_special_tokens=True)
+        return torch.tensor([any(s in text for s in self.stops) for text in tails], dtype=torch.bool,
+                            device=input_ids.device)

@@ -46,6 +46,7 @@ class GenerationWorker(Worker):
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
         self.engine = make_rollout_engine(cfg.engine_backend, model_path, cfg)
+        self.engine.set_tokenizer(self.tokenizer)
         self.policy_version = 0
 
     @generate_step
@@ -70,7 +71,7 @@ class GenerationWorker(Worker):
         """One engine call for a non-empty ``prompts`` (what :meth:`generate` runs per chunk);
         subclasses that roll out differently (a tool agent's episodes) override this."""
         gens = self.engine.generate(prompts.token_ids, sampling, n=n, seed=seed)
-        if sampling.stop:  # engines that generate past a stop string are cut at it here
+        if sampling.stop:  # the same cut on every engine (HF stops there while decoding, vLLM too)
             for g in gens:
                 cut = cut_at_stop(g.token_ids, self.tokenizer, sampling.stop)
                 if cut is not None and cut < len(g.token_ids):
