@@ -242,12 +242,17 @@ class Pi0Model(nn.Module):
         forward): ``(velocity [B, H, A] fp32, prefix output, suffix output)``."""
         p_emb, p_pad, p_ar = self.embed_prefix(inputs)
         s_emb, s_pad, s_ar, cond = self.embed_suffix(inputs.state, x_t, t)
-        pad = torch.cat([p_pad, s_pad], 1)
-        ar = torch.cat([p_ar, s_ar])
-        mask = additive_mask(make_att_2d_masks(pad, ar), p_emb.dtype)
-        pos = torch.cumsum(pad.long(), 1) - 1
-        (p_out, s_out), _ = joint_forward(self._stacks(), [p_emb, s_emb], [None, cond], mask, pos)
+        allowed, pos = self.joint_layout(p_pad, p_ar, s_pad, s_ar)
+        (p_out, s_out), _ = joint_forward(self._stacks(), [p_emb, s_emb], [None, cond],
+                                          additive_mask(allowed, p_emb.dtype), pos)
         return self._velocity(s_out), p_out, s_out
+
+    @staticmethod
+    def joint_layout(prefix_pad: torch.Tensor, prefix_ar: torch.Tensor, suffix_pad: torch.Tensor,
+                     suffix_ar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(allowed [B, P+S, P+S] bool, positions [B, P+S])`` of the joint forward."""
+        pad = torch.cat([prefix_pad, suffix_pad], 1)
+        return make_att_2d_masks(pad, torch.cat([prefix_ar, suffix_ar])), torch.cumsum(pad.long(), 1) - 1
 
     def _velocity(self, suffix_out: torch.Tensor) -> torch.Tensor:
         out = suffix_out[:, -self.spec.action_horizon:]
