@@ -12,6 +12,7 @@ top-k, top-p, repetition penalty and min_tokens active.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -43,11 +44,11 @@ SAMPLED_T1 = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=12, 
 N = 3
 
 
-def _tiny_model(seed: int):
+def _tiny_model(seed: int, vocab: int = VOCAB):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
                       tie_word_embeddings=True, eos_token_id=3, bos_token_id=1, pad_token_id=0,
                       initializer_range=0.3)
@@ -111,6 +112,25 @@ def _vllm_worker(spec_path: str, out_path: str) -> None:
     eng.offload()  # no-op on CPU
     eng.onload()
     eng.close()
+    # stop strings need vLLM's detokenizer: a second tiny model that has a tokenizer, built as a
+    # rollout worker builds it (tokenizer_path); the stop string is two tokens of its greedy run
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(spec["tok_model"])
+    eng = make_rollout_engine("vllm", spec["tok_model"], RolloutConfig(backend="vllm", kv_cache_space_gb=1),
+                              tokenizer_path=spec["tok_model"], dtype="float32", max_model_len=512)
+    prompt = [t % (len(tok) - 4) + 4 for t in prompts[2][:8]]
+    longer = dataclasses.replace(GREEDY, max_new_tokens=32)
+    free = eng.generate([prompt], longer)[0]
+    ids = free.token_ids
+    # whole characters (vLLM's incremental detokenizer holds back a split UTF-8 byte sequence), no
+    # special tokens, and the first occurrence
+    stop = next(text for i in range(2, len(ids) - 2) if (text := tok.decode(ids[i:i + 2])).strip()
+                and "\ufffd" not in text and not tok.decode(ids[:i + 2]).endswith("\ufffd")
+                and text == tok.decode(ids[i:i + 2], skip_special_tokens=True) and text not in tok.decode(ids[:i + 1]))
+    stopped = eng.generate([prompt], dataclasses.replace(longer, stop=(stop,)))[0]
+    res["stop"] = {"free": _dump([free])[0], "stop": stop, "stopped": _dump([stopped])[0]}
+    eng.close()
     json.dump(res, open(out_path, "w"))
 
 
@@ -142,8 +162,13 @@ def setup(tmp_path_factory):
     k = next(i for i in range(3, len(free)) if free[i] not in free[:i])
     eos = [3, free[k]]  # prompt 1 must stop on EOS at step k under greedy
     hf = HFRolloutEngine(str(root / "model"), eos_token_id=eos)
+    from toolkits.tool_agent.tokenizer import build_tokenizer
+
+    tok = build_tokenizer()
+    tok.save_pretrained(root / "tok_model")
+    _tiny_model(3, vocab=len(tok)).save_pretrained(root / "tok_model")
     spec = {"model": str(root / "model"), "perturbed_file": str(root / "perturbed.safetensors"),
-            "prompts": prompts, "eos": eos}
+            "prompts": prompts, "eos": eos, "tok_model": str(root / "tok_model")}
     (root / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.run([sys.executable, __file__, str(root / "spec.json"), str(root / "out.json")],
@@ -153,7 +178,7 @@ def setup(tmp_path_factory):
     print(f"vLLM timings: init {res['init_s']:.1f}s, first generate {res['first_generate_s']:.1f}s, "
           f"sampled generate {res['generate_s']:.1f}s, reload {res['reload_s']:.3f}s")
     return {"model": model, "perturbed": perturbed, "hf": hf, "prompts": prompts, "eos": eos,
-            "k": k, "res": res}
+            "k": k, "res": res, "tok_model": spec["tok_model"]}
 
 
 def _ref_logprobs(model, prompt, response, temperature):
@@ -187,6 +212,21 @@ def test_eos_kept_and_stop(setup):
     for g in setup["res"]["sampled"] + setup["res"]["greedy"]:
         assert (g["f"] == "stop") == (g["t"][-1] in setup["eos"])
         assert g["f"] == "stop" or len(g["t"]) == 12
+
+
+def test_stop_strings_end_the_response_inside_vllm(setup):
+    """With the run's tokenizer vLLM detokenizes and ends the response at the token completing a
+    stop string (kept), reporting ``stop`` -- where :func:`cut_at_stop` would cut."""
+    from transformers import AutoTokenizer
+
+    from rlinf.engines.rollout.stops import cut_at_stop
+
+    out = setup["res"]["stop"]
+    free, stopped = out["free"]["t"], out["stopped"]["t"]
+    cut = cut_at_stop(free, AutoTokenizer.from_pretrained(setup["tok_model"]), (out["stop"],))
+    assert cut is not None and cut < len(free)
+    assert stopped == free[:cut] and out["stopped"]["f"] == "stop"
+    assert len(out["stopped"]["lp"]) == cut
 
 
 def test_sampled_logprobs_match_hf_recompute(setup):

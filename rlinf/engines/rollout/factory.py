@@ -18,8 +18,13 @@ from rlinf.utils.typed_config import ConfigError
 BACKENDS = ("huggingface", "vllm", "sglang")
 
 
-def make_rollout_engine(backend: str, model_path: str, rollout_cfg: Any = None, **kw: Any) -> RolloutEngine:
+def make_rollout_engine(backend: str, model_path: str, rollout_cfg: Any = None, *,
+                        tokenizer_path: str | None = None, **kw: Any) -> RolloutEngine:
     """Build the engine named by ``rollout.backend`` for ``model_path``.
+
+    ``tokenizer_path`` (the run's tokenizer folder) lets vLLM detokenize, so that it ends a
+    response at a ``sampling.stop`` string; the HF engine takes the tokenizer object instead
+    (:meth:`~rlinf.engines.rollout.base.RolloutEngine.set_tokenizer`).
 
     ``rollout_cfg`` (a :class:`~rlinf.config.rollout.RolloutConfig`, default: its defaults) supplies
     the engine knobs that apply to the backend; ``kw`` are passed to the engine constructor and
@@ -44,7 +49,7 @@ def make_rollout_engine(backend: str, model_path: str, rollout_cfg: Any = None, 
     if backend == "vllm":
         from rlinf.engines.rollout.vllm_engine import VLLMRolloutEngine
 
-        return VLLMRolloutEngine.from_config(model_path, rollout_cfg, **kw)
+        return VLLMRolloutEngine.from_config(model_path, rollout_cfg, **{"tokenizer": tokenizer_path, **kw})
     from rlinf.engines.rollout.sglang_engine import SGLangRolloutEngine
 
     return SGLangRolloutEngine.from_config(model_path, rollout_cfg, **kw)

@@ -5,7 +5,8 @@ vLLM is imported lazily, so importing this module never needs it.
 
 How the pieces map:
 
-* Engine: ``LLM(model=..., skip_tokenizer_init=True)`` (token ids in, token ids out), with the
+* Engine: ``LLM(model=..., skip_tokenizer_init=True)`` (token ids in, token ids out; see stop
+  strings below for the tokenizer), with the
   engine core IN this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by the constructor):
   that is what lets :meth:`load_weights` hand a tensor iterator straight to the worker.
   ``generation_config="vllm"`` so the checkpoint's ``generation_config.json`` never changes
@@ -19,9 +20,14 @@ How the pieces map:
   vLLM rejects ``n > 1`` for greedy, so greedy prompts are repeated instead. With a ``seed``,
   prompt ``i`` gets ``seed + i * n`` and vLLM gives its ``k``-th child ``seed + i * n + k``, so
   every sample has its own stream and the call is reproducible.
-* EOS: the tokenizer is skipped, so the EOS ids (checkpoint ``generation_config`` / config, or
-  the ``eos_token_id`` override) are passed as ``stop_token_ids``; vLLM keeps the stop token in
-  ``token_ids`` and reports ``finish_reason="stop"``.
+* EOS: the EOS ids (checkpoint ``generation_config`` / config, or the ``eos_token_id`` override)
+  are passed as ``stop_token_ids``; vLLM keeps the stop token in ``token_ids`` and reports
+  ``finish_reason="stop"``.
+* Stop strings: vLLM matches ``sampling.stop`` on its detokenized text, so it needs a tokenizer.
+  Given ``tokenizer`` (a folder; the rollout workers pass the run's), the engine is built with it
+  and a response ends at the token that completes a stop string (kept, ``finish_reason="stop"``).
+  Without one (``skip_tokenizer_init=True``: token ids only) vLLM ignores stop strings and the
+  caller cuts the response afterwards (:func:`~rlinf.engines.rollout.stops.cut_at_stop`).
 * Log-probs: same definition as every rlinf engine (:mod:`rlinf.engines.rollout._common`):
   ``log_softmax(raw_logits / T)[token]``. vLLM's ``logprobs_mode`` options do not give this in
   general: ``raw_logprobs`` is ``log_softmax(raw_logits)`` (T = 1), ``processed_logprobs`` is taken
@@ -125,6 +131,7 @@ class VLLMRolloutEngine(RolloutEngine):
         enable_offload: GPU: build with sleep mode so :meth:`offload` / :meth:`onload` work.
         eos_token_id, pad_token_id: overrides (default: the checkpoint's).
         attention_backend, distributed_executor_backend: optional vLLM overrides.
+        tokenizer: a tokenizer folder for stop strings (see the module docstring); None: none.
         engine_kwargs: extra ``vllm.LLM`` keyword arguments (win over the above).
     """
 
@@ -136,7 +143,8 @@ class VLLMRolloutEngine(RolloutEngine):
                  eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
                  attention_backend: str | None = None,
                  distributed_executor_backend: str | None = None,
-                 disable_log_stats: bool = True, engine_kwargs: dict[str, Any] | None = None):
+                 disable_log_stats: bool = True, tokenizer: str | None = None,
+                 engine_kwargs: dict[str, Any] | None = None):
         # Must be set before the engine starts: in-process engine core (weights via an iterator).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
@@ -159,6 +167,8 @@ class VLLMRolloutEngine(RolloutEngine):
             pipeline_parallel_size=pipeline_parallel_size, max_num_seqs=max_running_requests,
             generation_config="vllm", logprobs_mode="raw_logprobs",
             disable_log_stats=disable_log_stats)
+        if tokenizer is not None:  # detokenize, so that stop strings are matched
+            kwargs.update(tokenizer=tokenizer, skip_tokenizer_init=False)
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         if not self.on_cpu:
@@ -257,7 +267,7 @@ class VLLMRolloutEngine(RolloutEngine):
             for comp in sorted(out.outputs, key=lambda c: c.index):
                 tokens = [int(t) for t in comp.token_ids]
                 logprobs = [float(step[tok].logprob) for tok, step in zip(tokens, comp.logprobs or [])]
-                finish = "stop" if tokens and tokens[-1] in eos else "length"
+                finish = "stop" if (tokens and tokens[-1] in eos) or comp.finish_reason == "stop" else "length"
                 result.append(Generation(prompt_index=owner, token_ids=tokens, logprobs=logprobs,
                                          finish_reason=finish))
         return result

@@ -45,7 +45,8 @@ class GenerationWorker(Worker):
         self.tokenizer = load_tokenizer(tokenizer_path or model_path, tokenizer_settings)
         pad = self.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else self.tokenizer.eos_token_id
-        self.engine = make_rollout_engine(cfg.engine_backend, model_path, cfg)
+        self.engine = make_rollout_engine(cfg.engine_backend, model_path, cfg,
+                                          tokenizer_path=tokenizer_path or model_path)
         self.engine.set_tokenizer(self.tokenizer)
         self.policy_version = 0
 
