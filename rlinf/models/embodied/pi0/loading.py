@@ -101,11 +101,11 @@ def load_pi0(path: str | os.PathLike, options: Pi0Options | None = None,
     except SpecError as err:
         raise Pi0CheckpointError(f"{folder.path}: {err}") from None
     model_type = "pi05" if spec.pi05 else "pi0"
-    declared = options.model_type or folder.lerobot_type()
-    if declared is not None and declared != model_type:
-        where = f"{folder.path}/config.json type" if options.model_type is None else "model_type"
-        raise Pi0CheckpointError(f"{where} is {declared!r} but the weights are {model_type!r} "
-                                 f"({'adaRMS' if spec.pi05 else 'no adaRMS'} norms in the expert)")
+    for where, declared in (("model_type", options.model_type),
+                            (f"{folder.path}/config.json type", folder.lerobot_type())):
+        if declared is not None and declared != model_type:
+            raise Pi0CheckpointError(f"{where} is {declared!r} but the weights are {model_type!r} "
+                                     f"({'adaRMS' if spec.pi05 else 'no adaRMS'} norms in the expert)")
     tokenizer = find_tokenizer(folder, options.tokenizer_path)
     if tokenizer.vocab_size > spec.vlm.vocab:
         raise Pi0CheckpointError(f"{tokenizer.path}: {tokenizer.vocab_size} pieces, the embedding has "

@@ -84,6 +84,9 @@ class NormStats:
             return state.float()
         x = state.double()
         d = x.shape[-1]
+        known = _vec(self.state, "mean" if (self.state_mode or self.mode) == "mean_std" else "q01", self.where).numel()
+        if d > known:
+            raise ValueError(f"the state has {d} values; the statistics ({self.where}) have {known}")
         if (self.state_mode or self.mode) == "mean_std":
             mean, std = _vec(self.state, "mean", self.where)[:d], _vec(self.state, "std", self.where)[:d]
             out = (x - mean) / (std + (OPENPI_EPS if self.style == "openpi" else self.eps))
