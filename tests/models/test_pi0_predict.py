@@ -1,4 +1,4 @@
-"""toolkits.embodied.vla_predict with --model-type pi0|pi05, and toolkits.embodied.make_tiny_pi0."""
+"""toolkits.embodied.vla_predict and make_tiny_vla with --model-type pi0|pi05."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlinf.models.embodied.pi0 import Pi0Options, load_pi0
-from toolkits.embodied import make_tiny_pi0, vla_predict
+from toolkits.embodied import make_tiny_vla, vla_predict
 
 STATE = "0.1,-0.2,0.3,0.4,-0.5,0.6,0.7,0.8"
 
@@ -19,8 +19,9 @@ def files(tmp_path_factory):
     from PIL import Image
 
     root = tmp_path_factory.mktemp("pi0_cli")
-    pi0 = make_tiny_pi0.main(["--out", str(root / "pi0"), "--action-horizon", "5"])
-    pi05 = make_tiny_pi0.main(["--out", str(root / "pi05"), "--pi05", "--layout", "lerobot"])
+    pi0 = make_tiny_vla.main(["--out", str(root / "pi0"), "--model-type", "pi0", "--action-horizon", "5",
+                              "--image-size", "16", "--patch-size", "4"])
+    pi05 = make_tiny_vla.main(["--out", str(root / "pi05"), "--model-type", "pi05", "--layout", "lerobot"])
     image = np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8)
     Image.fromarray(image).save(root / "frame.png")
     return {"pi0": pi0, "pi05": pi05, "png": root / "frame.png", "image": image}

@@ -1,17 +1,37 @@
-"""Writes a tiny randomly initialised OpenVLA / OpenVLA-OFT checkpoint in the REAL on-disk
-format (config.json with ``model_type: openvla``, bf16 safetensors shards + index, timm /
-Prismatic parameter names, dataset_statistics.json, a Llama-style tokenizer, OFT extras on
-request) that ``actor.model.model_path`` (``model_type: openvla`` or ``openvla_oft``) and
-``toolkits.embodied.vla_predict`` can load. Sizes: :mod:`rlinf.models.embodied.openvla.tiny`.
+"""Writes a tiny randomly initialised VLA checkpoint in a REAL on-disk format:
+
+* ``--model-type openvla`` (default): an OpenVLA / OpenVLA-OFT folder (config.json with
+  ``model_type: openvla``, bf16 safetensors shards + index, timm / Prismatic parameter names,
+  dataset_statistics.json, a Llama-style tokenizer, OFT extras on request) that
+  ``actor.model.model_path`` (``model_type: openvla`` or ``openvla_oft``) can load. Sizes:
+  :mod:`rlinf.models.embodied.openvla.tiny`.
+* ``--model-type pi0|pi05``: a π0 / π0.5 folder in the ``--layout`` of openpi, RLinf or LeRobot
+  (openpi's parameter names, statistics for 7-dim actions and 8-dim states, a tiny PaliGemma-style
+  SentencePiece tokenizer). Sizes: :mod:`rlinf.models.embodied.pi0.tiny`.
+
+``toolkits.embodied.vla_predict`` loads either.
 
 Example:
     python -m toolkits.embodied.make_tiny_vla --out /tmp/tiny_vla --image-size 64 --identity-stats
+    python -m toolkits.embodied.make_tiny_vla --out /tmp/tiny_pi05 --model-type pi05 --layout lerobot
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+
+def _write_pi0(args: argparse.Namespace) -> Path:
+    from rlinf.models.embodied.pi0.tiny import TINY_ASSET_ID, write_tiny_pi0
+
+    out = write_tiny_pi0(args.out, pi05=args.model_type == "pi05", layout=args.layout, seed=args.seed,
+                         action_horizon=args.action_horizon, adarms_scale=0.0 if args.zero_adarms else 0.3,
+                         image_size=args.image_size, patch=args.patch_size)
+    where = "in the normaliser processors" if args.layout == "lerobot" else f"under asset id {TINY_ASSET_ID!r}"
+    print(f"wrote {out}: {args.model_type}, {args.layout} layout, {args.image_size}px, H={args.action_horizon}, "
+          f"statistics for 7-dim actions {where}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -25,7 +45,8 @@ def main(argv: list[str] | None = None) -> Path:
     """
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder to write (created; files overwritten)")
-    p.add_argument("--action-dim", type=int, default=7, help="length of the action statistics")
+    p.add_argument("--model-type", choices=["openvla", "pi0", "pi05"], default="openvla")
+    p.add_argument("--action-dim", type=int, default=7, help="openvla: length of the action statistics")
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--patch-size", type=int, default=8)
     p.add_argument("--llm-width", type=int, default=64)
@@ -36,8 +57,13 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--action-head", action="store_true", help="write an OFT L1 action head file (carried only)")
     p.add_argument("--identity-stats", action="store_true", help="q01 = -1, q99 = 1 (env actions in [-1, 1])")
     p.add_argument("--lora-out", help="also write a random LoRA adapter in RLinf's layout to this folder")
+    p.add_argument("--layout", choices=["openpi", "rlinf", "lerobot"], default="openpi", help="pi0 / pi05 layout")
+    p.add_argument("--action-horizon", type=int, default=4, help="pi0 / pi05: H, actions per chunk")
+    p.add_argument("--zero-adarms", action="store_true", help="pi05: openpi's zero-initialised adaRMS layers")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.model_type != "openvla":
+        return _write_pi0(args)
 
     from rlinf.models.embodied.openvla.tiny import write_tiny_lora, write_tiny_openvla
 

@@ -70,6 +70,18 @@ def _read_image(path: str, flag: str):
         raise _Usage(f"{flag} {path}: cannot read ({err})") from None
 
 
+def _load(load, folder_error: type[Exception], args: argparse.Namespace, options):
+    """``load(model_path, options, dtype=...)`` with its errors as one-line usage errors."""
+    import torch
+
+    try:
+        return load(args.model_path, options, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32)
+    except folder_error as err:
+        raise _Usage(f"--model-path: {err}") from None
+    except KeyError as err:
+        raise _Usage(f"--unnorm-key: {err.args[0]}") from None
+
+
 def predict(args: argparse.Namespace) -> list[list[float]]:
     """Loads the checkpoint and returns the chunk as ``K`` lists of ``A`` floats.
 
@@ -89,13 +101,7 @@ def predict(args: argparse.Namespace) -> list[list[float]]:
     image = _read_image(args.image, "--image")
     options = OpenVLAOptions(model_type=args.model_type, action_dim=args.action_dim,
                              num_action_chunks=args.num_action_chunks, unnorm_key=args.unnorm_key)
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    try:
-        policy = load_openvla(args.model_path, options, dtype=dtype)
-    except CheckpointError as err:
-        raise _Usage(f"--model-path: {err}") from None
-    except KeyError as err:
-        raise _Usage(f"--unnorm-key: {err.args[0]}") from None
+    policy = _load(load_openvla, CheckpointError, args, options)
     stats = policy.action_stats()
     if stats is not None and len(stats["q01"]) != args.action_dim:
         raise _Usage(f"--action-dim {args.action_dim}: the statistics {policy.unnorm_key!r} have "
@@ -145,13 +151,7 @@ def predict_pi0(args: argparse.Namespace) -> list[list[float]]:
     state = _parse_state(args.state)
     options = Pi0Options(model_type=args.model_type, asset_id=args.unnorm_key, num_steps=args.num_steps,
                          tokenizer_path=args.tokenizer_path)
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    try:
-        policy = load_pi0(args.model_path, options, dtype=dtype)
-    except Pi0CheckpointError as err:
-        raise _Usage(f"--model-path: {err}") from None
-    except KeyError as err:
-        raise _Usage(f"--unnorm-key: {err.args[0]}") from None
+    policy = _load(load_pi0, Pi0CheckpointError, args, options)
     if args.action_dim is not None and args.action_dim != policy.action_dim:
         raise _Usage(f"--action-dim {args.action_dim}: the checkpoint's actions have {policy.action_dim} values")
     horizon = policy.model.spec.action_horizon

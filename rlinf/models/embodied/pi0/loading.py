@@ -152,18 +152,15 @@ def split_checkpoint(state: Mapping[str, torch.Tensor], model: Pi0Model, where: 
     if EXPERT_LM_HEAD in rest:
         carried[EXPERT_LM_HEAD] = rest.pop(EXPERT_LM_HEAD)
     extras = {k: rest.pop(k) for k in list(rest) if k.startswith(EXTRA_PREFIXES)}
-    unknown = sorted(k for k in rest if k not in expected)
-    if unknown:
-        raise Pi0CheckpointError(f"{where}: {len(unknown)} unexpected tensor(s) that fit no part of the model, "
-                                 f"e.g. {', '.join(unknown[:4])}")
-    missing = sorted(k for k in expected if k not in rest)
-    if missing:
-        raise Pi0CheckpointError(f"{where}: {len(missing)} tensor(s) missing, e.g. {', '.join(missing[:4])}")
-    wrong = sorted(k for k, t in rest.items() if tuple(t.shape) != tuple(expected[k].shape))
-    if wrong:
-        k = wrong[0]
-        raise Pi0CheckpointError(f"{where}: {len(wrong)} tensor(s) of the wrong shape, e.g. {k} "
-                                 f"{tuple(rest[k].shape)} (expected {tuple(expected[k].shape)})")
+    shape = {k: tuple(t.shape) for k, t in rest.items()}
+    problems = [("unexpected tensor(s) that fit no part of the model", sorted(set(rest) - set(expected)), False),
+                ("tensor(s) missing", sorted(set(expected) - set(rest)), False),
+                ("tensor(s) of the wrong shape", sorted(k for k in rest if k in expected
+                                                        and shape[k] != tuple(expected[k].shape)), True)]
+    for what, keys, show_shape in problems:
+        if keys:
+            names = [f"{k} {shape[k]} (expected {tuple(expected[k].shape)})" if show_shape else k for k in keys[:4]]
+            raise Pi0CheckpointError(f"{where}: {len(keys)} {what}, e.g. {', '.join(names)}")
     return rest, carried, extras, embed_names
 
 
