@@ -52,6 +52,9 @@ class AgentLoopConfig:
             ``per_turn``: one sample per model turn, the history before it as its prompt, the
             episode's reward and advantage shared (:mod:`rlinf.runners.tool_agent.per_turn`;
             with a ``seq-mean-*`` ``loss_agg_func`` each turn then weighs the same).
+        save_trajectories: save every step's episodes (``<run>/train_trajectories``) and every
+            validation's (``<run>/test_trajectories``) in the web agent's trajectory format, for
+            ``python -m rlinf.runners.trajectory_viewer``.
     """
 
     toolcall_parser: Literal["hermes", "searchr1", "code"] = "hermes"
@@ -67,6 +70,7 @@ class AgentLoopConfig:
     pass_tool_schemas: bool = True
     format_reward: float = 0.0
     train_mode: Literal["trajectory", "per_turn"] = "trajectory"
+    save_trajectories: bool = False
 
     def validate(self, path: str) -> None:
         for key in ("max_turns", "max_parallel_calls", "max_tool_response_length", "tool_concurrency"):

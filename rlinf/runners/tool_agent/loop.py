@@ -10,12 +10,15 @@ update -> weight sync) with multi-turn episodes as the rollout.
 
 With ``agentloop.train_mode: per_turn`` step 6 trains on one sample per model turn
 (:mod:`rlinf.runners.tool_agent.per_turn`). Validation runs the held-out prompts greedily and
-reports ``val/accuracy`` with the same episode metrics under ``val_agent/``.
+reports ``val/accuracy`` with the same episode metrics under ``val_agent/``. With
+``agentloop.save_trajectories`` both save their episodes for the trajectory viewer
+(:mod:`rlinf.runners.tool_agent.trajectories`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -23,6 +26,7 @@ from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.runners.math.loop import MathRunner
 from rlinf.runners.tool_agent.metrics import agent_metrics, format_ok
 from rlinf.runners.tool_agent.per_turn import split_turns
+from rlinf.runners.tool_agent.trajectories import save_episodes
 
 
 class ToolAgentRunner(MathRunner):
@@ -40,12 +44,17 @@ class ToolAgentRunner(MathRunner):
             batch.rewards = batch.rewards + bonus * ok
             metrics["reward/format_ok"] = float(ok.mean())
         metrics.update(agent_metrics(batch))
+        if self.cfg.agentloop.save_trajectories:
+            save_episodes(os.path.join(self.run_dir, "train_trajectories"), self.step + 1, batch, "train")
         return batch, metrics
 
     def _validation_metrics(self, batches: list[RolloutBatch]) -> dict[str, float]:
         out = super()._validation_metrics(batches)
         if batches:
-            out.update(agent_metrics(RolloutBatch.concat(batches, self.pad_token_id), prefix="val_agent"))
+            joined = RolloutBatch.concat(batches, self.pad_token_id)
+            out.update(agent_metrics(joined, prefix="val_agent"))
+            if self.cfg.agentloop.save_trajectories:
+                save_episodes(os.path.join(self.run_dir, "test_trajectories"), self.step, joined, "validation")
         return out
 
     def _update_samples(self, batch: RolloutBatch) -> RolloutBatch:

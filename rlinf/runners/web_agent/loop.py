@@ -31,10 +31,10 @@ import time
 from rlinf.data.web_tasks import sample_tasks
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.schedule import Schedule, ScheduledRunner
+from rlinf.runners.trajectory_store import load_iteration
 from rlinf.runners.web_agent.metrics import rollout_metrics
 from rlinf.runners.web_agent.rollout import run_phase
 from rlinf.runners.web_agent.screens import noop_rate
-from rlinf.runners.web_agent.store import load_iteration
 from rlinf.runners.web_agent.update import pool_entries, select_samples, step_batches
 
 

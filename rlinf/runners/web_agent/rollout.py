@@ -20,10 +20,10 @@ import os
 from dataclasses import dataclass, replace
 
 from rlinf.engines.web.client import BrowserClient, split_for_rank
+from rlinf.runners.trajectory_store import TrajectoryStore
 from rlinf.runners.web_agent.collector import collect
 from rlinf.runners.web_agent.episode import EpisodeSettings, new_trajectory, run_episode
 from rlinf.runners.web_agent.screens import mark_unchanged_steps
-from rlinf.runners.web_agent.store import TrajectoryStore
 from rlinf.scheduler.errors import SchedulerError
 
 

@@ -74,6 +74,7 @@ class Episode:
     logprobs: list[float] = field(default_factory=list)
     turns: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each model turn
     turn_texts: list[str] = field(default_factory=list)
+    turn_results: dict[int, list[dict]] = field(default_factory=dict)  # turn -> [{status, text}] shown
     tool_calls: int = 0
     invalid_calls: int = 0
     tool_errors: int = 0
@@ -97,7 +98,8 @@ class Episode:
                 "tool_errors": self.tool_errors, "tool_timeouts": self.tool_timeouts,
                 "tool_seconds": round(self.tool_seconds, 4), "end_reason": self.end_reason,
                 "model_tokens": self.model_tokens, "tool_tokens": len(self.response_ids) - self.model_tokens,
-                "turn_spans": list(self.turns)}
+                "turn_spans": list(self.turns), "turn_texts": list(self.turn_texts),
+                "turn_results": [self.turn_results.get(i, []) for i in range(len(self.turns))]}
 
 
 def truncate_tokens(ids: list[int], limit: int, tokenizer) -> list[int]:
@@ -238,6 +240,7 @@ class AgentLoop:
             limit = self.budgets.max_tool_response_length
             texts.append(r.text if len(ids) <= limit else
                          self.tokenizer.decode(truncate_tokens(ids, limit, self.tokenizer)))
+        e.turn_results[len(e.turns) - 1] = [{"status": r.status, "text": t} for r, t in zip(results, texts)]
         if not self.budgets.continue_at_tool_failure and any(r.status != "ok" for r in results):
             e.end_reason = "tool_failure"
             return False

@@ -1,6 +1,7 @@
 """The tool-agent recipe under Ray: two GRPO steps with the calculator and the sandboxed Python
-tool (collocated), and one disaggregated step trained per turn; episodes reach the metrics, the
-tool tokens are masked out of the loss, the weights move."""
+tool (collocated, episodes saved for the trajectory viewer), and one disaggregated step trained
+per turn; episodes reach the metrics, the tool tokens are masked out of the loss, the weights
+move."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def test_two_collocated_steps_train_on_episodes_with_tool_calls(ray_cluster, tmp
     from rlinf.runners.tool_agent.recipe import run_tool_agent
 
     cfg = _config(tmp_path, tool_model, {"actor,rollout,reward": "0-1"}, 2)
+    cfg["agentloop"]["save_trajectories"] = True
     summary = run_tool_agent(json.loads(json.dumps(cfg)), print_fn=lambda *_: None)
     assert summary["steps"] == 2
     rows = {int(m["step"]): m for m in read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))}
@@ -63,6 +65,22 @@ def test_two_collocated_steps_train_on_episodes_with_tool_calls(ray_cluster, tmp
             + m["agent/end_length"] + m["agent/end_tool_failure"] == pytest.approx(1.0)
         assert m["time/elapsed"] > 0 and "actor/policy_loss" in m
     assert rows[1]["actor/grad_norm"] > 0
+    # every step's episodes in the shared trajectory format; the viewer renders their turns
+    from rlinf.runners.trajectory_store import load_iteration
+    from rlinf.runners.trajectory_viewer import write_report
+
+    folder = tmp_path / "out" / "t" / "train_trajectories"
+    for step in (1, 2):
+        records = load_iteration(str(folder), step)
+        assert len(records) == 16 and {r["repeat"] for r in records} == {0, 1, 2, 3}
+        assert sum(len(r["steps"]) for r in records) == round(rows[step]["agent/turns"] * 16)
+        called = [s for r in records for s in r["steps"] if s["tool_results"]]
+        # every call run has its result (malformed ones get an error answer too)
+        assert sum(len(s["tool_results"]) for s in called) >= round(rows[step]["agent/tool_calls"] * 16) > 0
+        assert all("<tool_call>" in s["response"] for s in called)
+        assert all(res["status"] in ("ok", "error", "timeout") for s in called for res in s["tool_results"])
+    html = open(write_report(str(folder), 2)).read()
+    assert html.count("class='episode") == 16 and "<b>Turn 0</b>" in html
 
 
 def test_a_disaggregated_per_turn_step_streams_episodes_to_the_trainer(ray_cluster, tmp_path, tool_model):

@@ -50,8 +50,8 @@ def _leaks(needles: dict[str, bytes], roots: list[Path], texts: list[str]) -> li
 def test_rollout_phase_with_an_external_policy_server_and_llm_judges_leaks_no_secret(tmp_path, monkeypatch):
     import ray
 
+    from rlinf.runners.trajectory_store import load_iteration
     from rlinf.runners.web_agent.recipe import run_web
-    from rlinf.runners.web_agent.store import load_iteration
     from rlinf.scheduler.secret import RunSecret
     from rlinf.utils.metric_logger import read_metrics
     from tests.utils.openai_server import OpenAIServer

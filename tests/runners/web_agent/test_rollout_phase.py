@@ -24,11 +24,11 @@ from rlinf.data.web_tasks import load_tasks
 from rlinf.engines.web.service import start_service_thread
 from rlinf.envs.web_sites import SiteServer
 from rlinf.rewards.web_judges import RuleEvaluator
+from rlinf.runners.trajectory_store import load_iteration
 from rlinf.runners.web_agent.episode import EpisodeSettings
 from rlinf.runners.web_agent.metrics import rollout_metrics
 from rlinf.runners.web_agent.policy import BatchingPolicy, Reply
 from rlinf.runners.web_agent.rollout import PhaseLimits, run_phase, split_tasks
-from rlinf.runners.web_agent.store import load_iteration
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "web_agent", "data", "train.jsonl")
 
@@ -139,7 +139,7 @@ def _check_report_in_browser(folder, expected):
     screenshot loads (naturalWidth > 0), the actions are shown."""
     from playwright.sync_api import sync_playwright
 
-    from rlinf.runners.web_agent.viewer import write_report
+    from rlinf.runners.trajectory_viewer import write_report
 
     path = write_report(folder, 0)
     with sync_playwright() as pw:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlinf.runners.web_agent.store import PNG_MAGIC, TrajectoryStore, load_iteration, trajectory_file
+from rlinf.runners.trajectory_store import PNG_MAGIC, TrajectoryStore, load_iteration, trajectory_file
 
 
 def _traj(i, repeat=0, rank=0):

@@ -85,7 +85,7 @@ def test_online_loop_trains_syncs_checkpoints_and_resumes(ray_cluster, tmp_path)
     for row in history[1:]:
         assert row["train/trajectories"] == 4.0  # 2 tasks x group_size 2
         assert row["actor/optimizer_steps"] >= 1 and row["actor/samples"] >= 1
-    from rlinf.runners.web_agent.store import load_iteration
+    from rlinf.runners.trajectory_store import load_iteration
 
     run = tmp_path / "run"
     second = load_iteration(str(run / "train_trajectories"), 1)
@@ -121,7 +121,7 @@ def test_vllm_rollout_backend_acts_in_the_browser_and_follows_the_actor(ray_clus
     assert rollout_section(start.cfg).engine_backend == "vllm"  # what GenerationWorker built
     assert [row["step"] for row in history] == [1, 2]
     assert all(row["train/trajectories"] == 4.0 and row["actor/optimizer_steps"] >= 1 for row in history)
-    from rlinf.runners.web_agent.store import load_iteration
+    from rlinf.runners.trajectory_store import load_iteration
 
     for iteration in (0, 1):  # each iteration acted with the weights of the updates before it
         trajectories = load_iteration(str(tmp_path / "run" / "train_trajectories"), iteration)

@@ -1,8 +1,11 @@
 """A static HTML report of saved trajectories: per episode, the task, the verdict and, step by
-step, the page (title, URL, screenshot), the model's reply and the action taken.
+step, what the model saw and did. A web agent's step shows the page (title, URL, screenshot), the
+model's reply and the action taken; a tool agent's step (one model turn) shows the model's text
+and the tool results that came back.
 
-    python -m rlinf.runners.web_agent.viewer outputs/web/test_trajectories --iteration 4
+    python -m rlinf.runners.trajectory_viewer outputs/web/test_trajectories --iteration 4
     # -> outputs/web/test_trajectories/iteration4_report.html (open it in any browser)
+    python -m rlinf.runners.trajectory_viewer results/tool-calc-tiny-cpu/train_trajectories --iteration 3
 
 The report lies next to the trajectory files, so screenshots (saved beside them) are linked by
 relative paths; it needs no server and no script.
@@ -13,6 +16,12 @@ Example:
     ...     {"index": 0, "observation": {"url": "/shop/", "title": "Shop"}, "response": "answer \\"1\\"",
     ...      "action": {"type": "answer", "text": "1"}, "screenshot": None}]}], title="demo")
     >>> "Find &lt;b&gt;" in html and "class='episode ok'" in html
+    True
+    >>> html = render_report([{"task": {"task_id": "7", "instruction": "What is 12*34?", "reference_answer": "408"},
+    ...     "status": "answer", "answer": "408", "reward": 1.0, "steps": [
+    ...     {"index": 0, "response": "<tool_call>...</tool_call>", "tool_results": [{"status": "ok", "text": "408"}]},
+    ...     {"index": 1, "response": "\\boxed{408}", "tool_results": []}]}])
+    >>> "ok: 408" in html and html.count("<b>Turn") == 2
     True
 """
 
@@ -30,6 +39,7 @@ body{font-family:sans-serif;margin:1.5em;max-width:1100px}
 .step{display:flex;gap:1em;border-top:1px dashed #ccc;padding:.5em 0}
 .step img{max-width:420px;border:1px solid #999}
 pre{white-space:pre-wrap;background:#f6f6f6;padding:.3em;margin:.2em 0}
+pre.tool{background:#eef4ff} pre.error,pre.timeout{background:#fde8e8}
 .summary td,.summary th{padding:.2em .8em;text-align:left}
 """
 
@@ -56,25 +66,37 @@ def render_report(trajectories: list[dict], title: str = "trajectories") -> str:
                      f"<b>Status:</b> {_e(traj.get('status'))} &nbsp; <b>Reward:</b> {_e(traj.get('reward'))}"
                      + (f" &nbsp; <b>Error:</b> {_e(traj.get('error'))}" if traj.get("error") else "") + "</p>")
         for step in traj.get("steps") or ():
-            obs = step.get("observation") or {}
-            shot = step.get("screenshot")
-            img = f"<img src='{_e(shot)}' alt='step {_e(step.get('index'))}'>" if shot else ""
-            action = step.get("action")
-            parts.append(f"<div class='step'><div>{img}</div><div><b>Step {_e(step.get('index'))}</b> "
-                         f"{_e(obs.get('title'))} <code>{_e(obs.get('url'))}</code>"
-                         f"<pre class='reply'>{_e(step.get('response'))}</pre>"
-                         f"<div class='action'>action: <code>"
-                         f"{_e(json.dumps(action) if action else 'none (environment failure)')}</code>"
-                         + (f"<br>error: {_e(step.get('exec_error'))}" if step.get("exec_error") else "")
-                         + "</div></div></div>")
+            parts.append(_tool_step(step) if "tool_results" in step else _web_step(step))
         parts.append("</div>")
     parts.append("</body></html>")
     return "".join(parts)
 
 
+def _web_step(step: dict) -> str:
+    obs = step.get("observation") or {}
+    shot = step.get("screenshot")
+    img = f"<img src='{_e(shot)}' alt='step {_e(step.get('index'))}'>" if shot else ""
+    action = step.get("action")
+    return (f"<div class='step'><div>{img}</div><div><b>Step {_e(step.get('index'))}</b> "
+            f"{_e(obs.get('title'))} <code>{_e(obs.get('url'))}</code>"
+            f"<pre class='reply'>{_e(step.get('response'))}</pre>"
+            f"<div class='action'>action: <code>"
+            f"{_e(json.dumps(action) if action else 'none (environment failure)')}</code>"
+            + (f"<br>error: {_e(step.get('exec_error'))}" if step.get("exec_error") else "")
+            + "</div></div></div>")
+
+
+def _tool_step(step: dict) -> str:
+    results = "".join(f"<pre class='tool {_e(r.get('status'))}'>{_e(r.get('status'))}: {_e(r.get('text'))}</pre>"
+                      for r in step.get("tool_results") or ())
+    return (f"<div class='step'><div><b>Turn {_e(step.get('index'))}</b>"
+            f"<pre class='reply'>{_e(step.get('response'))}</pre>"
+            + (f"<div class='results'>tool results:{results}</div>" if results else "") + "</div></div>")
+
+
 def write_report(folder: str, iteration: int, out: str | None = None) -> str:
     """Render every rank's trajectories of ``iteration`` in ``folder``; returns the HTML path."""
-    from rlinf.runners.web_agent.store import load_iteration
+    from rlinf.runners.trajectory_store import load_iteration
 
     trajectories = load_iteration(folder, iteration)
     if not trajectories:
