@@ -214,3 +214,22 @@ def test_resize_with_pad_and_camera_slots():
     assert images[0, 0, 0, 3, 0].item() == 1.0 and images[0, 0, 0, 0, 0].item() == -1.0 and (images[0, 1] == -1).all()
     with pytest.raises(ValueError, match="4 cameras given; the checkpoint has 3"):
         camera_batch([img] * 4, 3, 8)
+
+
+def test_folders_without_statistics_give_normalised_actions(folders, tmp_path):
+    lr = shutil.copytree(folders[("lerobot", False)], tmp_path / "lr")
+    for p in lr.glob("policy_*"):
+        p.unlink()
+    op = shutil.copytree(folders[("openpi", False)], tmp_path / "op")
+    shutil.rmtree(op / "assets")
+    (op / "assets").mkdir()
+    for folder in (lr, op):
+        policy = load_pi0(folder)
+        assert policy.stats is None and policy.action_dim == 32
+        cams, instr, states = _obs()
+        noise = policy.model.initial_noise(2, torch.Generator().manual_seed(0))
+        got = policy.predict_action(cams, instr, states, noise=noise)
+        want = policy.model.sample_actions(policy.prepare(cams, instr, states), noise=noise)
+        assert got.shape == (2, 4, 32) and torch.equal(got, want)
+        with pytest.raises(KeyError):
+            load_pi0(folder, Pi0Options(asset_id="libero"))

@@ -173,3 +173,51 @@ def test_absent_camera_and_padding_do_not_leak(folders):
     assert torch.allclose(a, b, atol=1e-6)
     one = policy.predict_action([_images()[:1]], INSTR[:1], _states()[:1], noise=noise[:1])
     assert torch.allclose(one, a[:1], atol=1e-5)  # a sample does not depend on its batch
+
+
+def _real_shapes(pi05: bool) -> dict[str, tuple[int, ...]]:
+    """The shapes a released π0 / π0.5 holds (openpi's gemma_2b + gemma_300m + SigLIP So400m/14)."""
+    v = "paligemma_with_expert.paligemma.model.vision_tower.vision_model."
+    s = {v + "embeddings.patch_embedding.weight": (1152, 3, 14, 14),
+         v + "embeddings.position_embedding.weight": (256, 1152),
+         "paligemma_with_expert.paligemma.model.multi_modal_projector.linear.weight": (2048, 1152),
+         "paligemma_with_expert.paligemma.lm_head.weight": (257152, 2048),
+         "action_in_proj.weight": (1024, 32), "action_out_proj.weight": (32, 1024)}
+    s.update({v + f"encoder.layers.{i}.mlp.fc1.weight": (4304, 1152) for i in range(27)})
+    for prefix, w, mlp in (("paligemma_with_expert.paligemma.model.language_model.", 2048, 16384),
+                           ("paligemma_with_expert.gemma_expert.model.", 1024, 4096)):
+        for i in range(18):
+            s.update({f"{prefix}layers.{i}.self_attn.q_proj.weight": (2048, w),
+                      f"{prefix}layers.{i}.self_attn.k_proj.weight": (256, w),
+                      f"{prefix}layers.{i}.self_attn.o_proj.weight": (w, 2048),
+                      f"{prefix}layers.{i}.mlp.gate_proj.weight": (mlp, w),
+                      f"{prefix}layers.{i}.mlp.down_proj.weight": (w, mlp)})
+    e = "paligemma_with_expert.gemma_expert.model."
+    if pi05:
+        s.update({e + "norm.dense.weight": (3072, 1024), e + "layers.17.input_layernorm.dense.weight": (3072, 1024),
+                  "time_mlp_in.weight": (1024, 1024), "time_mlp_out.weight": (1024, 1024)})
+    else:
+        s.update({"state_proj.weight": (1024, 32), "action_time_mlp_in.weight": (1024, 2048),
+                  "action_time_mlp_out.weight": (1024, 1024), e + "norm.weight": (1024,),
+                  e + "layers.3.post_attention_layernorm.weight": (1024,)})
+    return s
+
+
+@pytest.mark.parametrize("pi05", [False, True])
+def test_release_sizes_build_openpi_names_and_shapes(pi05):
+    from rlinf.models.embodied.openvla.loading import params_on_meta
+    from rlinf.models.embodied.pi0.spec import spec_from_shapes
+
+    shapes = _real_shapes(pi05)
+    spec = spec_from_shapes(shapes, action_horizon=50)
+    assert (spec.vlm.heads, spec.vlm.kv_heads, spec.vlm.head_dim, spec.vlm.depth) == (8, 1, 256, 18)
+    assert (spec.expert.width, spec.vision.image_size, spec.vision.tokens, spec.pi05) == (1024, 224, 256, pi05)
+    with params_on_meta():
+        model = Pi0Model(spec)
+    ours = {k: tuple(t.shape) for k, t in model.state_dict().items()}
+    ours[LM_HEAD := "paligemma_with_expert.paligemma.lm_head.weight"] = ours.pop(
+        "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight")
+    assert {k: ours.get(k) for k in shapes} == shapes
+    plain_expert_norms = any(k.endswith("layernorm.weight") and "gemma_expert" in k for k in ours)
+    assert plain_expert_norms == (not pi05)  # π0.5: adaRMS ``.dense`` only
+    assert LM_HEAD in ours and not any("lm_head" in k for k in ours if k != LM_HEAD)

@@ -182,13 +182,18 @@ def select_stats(folder: Pi0Folder, asset_id: str | None, pi05: bool) -> NormSta
     """The statistics of ``asset_id`` (None: the only set; no sets: None).
 
     openpi / rlinf: π0 mean/std, π0.5 quantile (openpi's ``use_quantile_norm``); LeRobot: the
-    modes of its normaliser processors.
+    modes of its normaliser processors (``asset_id`` is not used: a LeRobot folder has one set;
+    no processor files: None).
 
     Raises:
         KeyError: ``asset_id`` names no statistics, or several exist and none was named.
         Pi0CheckpointError: unreadable statistics.
     """
     if folder.layout == "lerobot":
+        if not folder.processors:  # e.g. a base model saved without its processors
+            if asset_id is not None:
+                raise KeyError(f"{asset_id!r}: {folder.path} has no {POST_JSON}")
+            return None
         return lerobot_stats(folder)
     if not folder.stats_files:
         if asset_id is not None:
