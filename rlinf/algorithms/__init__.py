@@ -30,6 +30,9 @@ Batch shaping: dynamic_sampling_filter, overlong_penalty, scale_math_rewards, pa
 Registries: register_advantage, register_embodied_advantage, register_policy_loss,
     register_kl_penalty, advantage_registry, get_advantage_estimator, get_policy_loss_fn, get_kl_fn
 Masked helpers: masked_sum, masked_mean, masked_whiten
+Off-policy (``rlinf.algorithms.sac``: SAC, CrossQ, RLPD): squashed_gaussian_logprob,
+    sample_squashed_gaussian, sac_critic_target, sac_critic_loss, sac_actor_loss, alpha_value,
+    alpha_loss, soft_update, subsample_heads, crossq_split
 
 >>> from rlinf.algorithms import get_advantage_estimator
 >>> get_advantage_estimator("gae").needs_critic
