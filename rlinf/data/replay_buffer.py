@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from rlinf.utils.atomic_file import atomic_write
+
 FieldSpec = Mapping[str, tuple[tuple[int, ...], torch.dtype]]
 
 #: the fields an off-policy update reads (shapes: obs / action per env's spaces)
@@ -123,16 +125,8 @@ class ReplayBuffer:
         """Write :meth:`state_dict` atomically (temporary file, fsync, rename); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(self.state_dict(), f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        state = self.state_dict()
+        atomic_write(path, lambda f: torch.save(state, f))
         return path
 
     def load(self, path: str | os.PathLike) -> None:

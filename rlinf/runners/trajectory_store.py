@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlinf.utils.atomic_file import atomic_write
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -63,20 +65,6 @@ def trajectory_key(traj: Any) -> tuple[str, int]:
         raise ValueError(f"trajectory: expected a dict with task.task_id (a string) and repeat (an integer), "
                          f"got task_id={task_id!r}, repeat={repeat!r}")
     return task_id, repeat
-
-
-def _atomic_write(path: Path, write) -> None:
-    """``write(file)`` into a hidden temporary file beside ``path``, fsync, rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _read(path: Path) -> dict:
@@ -171,7 +159,7 @@ class TrajectoryStore:
                 "count": len(self.trajectories), "complete": self.complete,
                 "checkpoint_interval": self.checkpoint_interval, "saved_at": time.time()}
         payload = {"trajectories": list(self.trajectories), "metadata": meta}
-        _atomic_write(self.path, lambda f: torch.save(payload, f))
+        atomic_write(self.path, lambda f: torch.save(payload, f))
         self._unsaved = 0
         self.writes += 1
         return self.path
@@ -191,7 +179,7 @@ class TrajectoryStore:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(task_id))
         name = f"{safe}_r{int(repeat)}_s{int(step):03d}.png"
         self.screens_dir.mkdir(exist_ok=True)
-        _atomic_write(self.screens_dir / name, lambda f: f.write(png_bytes))
+        atomic_write(self.screens_dir / name, lambda f: f.write(png_bytes))
         return f"{self.screens_dir.name}/{name}"
 
 
