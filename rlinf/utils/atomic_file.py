@@ -1,4 +1,4 @@
-"""Write a file whole or not at all.
+"""Write a file (or a folder) whole or not at all.
 
 Example:
     >>> import os, tempfile
@@ -11,7 +11,10 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,3 +33,28 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield a hidden temporary sibling of ``out_dir`` to fill; when the block ends without an
+    error it replaces ``out_dir`` (an existing one is removed first), else it is deleted.
+
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()) / "model"
+    >>> with atomic_folder(out) as tmp:
+    ...     _ = (tmp / "config.json").write_text("{}")
+    >>> sorted(p.name for p in out.iterdir())
+    ['config.json']
+    """
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +49,7 @@ from rlinf.models.embodied.openvla.vision import (
     split_tower_state,
     tower_spec,
 )
+from rlinf.utils.atomic_file import atomic_folder
 
 TOWER_PREFIXES = ("vision_backbone.featurizer.", "vision_backbone.fused_featurizer.")
 PROPRIO_PREFIX = "proprio_projector."
@@ -282,9 +281,7 @@ def save_openvla(policy: OpenVLAPolicy, out_dir: str | os.PathLike, state: Mappi
     from rlinf.models.embodied.openvla.lora import merged_state_dict, save_lora_adapter
 
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         merged = merged_state_dict(policy, state)
         dtype = dtype or getattr(policy, "source_dtype", None) or policy.dtype
         write_weights(model_to_checkpoint(policy, merged), tmp, dtype=dtype)
@@ -307,10 +304,4 @@ def save_openvla(policy: OpenVLAPolicy, out_dir: str | os.PathLike, state: Mappi
             torch.save(proprio, tmp / proprio_name)
         if getattr(policy, "lora", None) is not None:
             save_lora_adapter(policy, tmp / "lora_adapter", state)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out

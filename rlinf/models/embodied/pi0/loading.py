@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from rlinf.models.embodied.pi0.normalization import stats_to_openpi_json
 from rlinf.models.embodied.pi0.policy import Pi0Options, Pi0Policy
 from rlinf.models.embodied.pi0.processing import OPENPI_CAMERAS, PaliGemmaTokenizer
 from rlinf.models.embodied.pi0.spec import EMBED, EXPERT_LM_HEAD, LM_HEAD, SpecError, spec_from_shapes
+from rlinf.utils.atomic_file import atomic_folder
 
 TOKENIZER_NAMES = ("paligemma_tokenizer.model", "tokenizer.model")
 DEFAULT_HORIZON = 50
@@ -194,9 +194,7 @@ def save_pi0(policy: Pi0Policy, out_dir: str | os.PathLike, dtype: torch.dtype |
         The folder.
     """
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:
         state = checkpoint_state(policy, dtype or policy.source_dtype)
         prefix = LEROBOT_PREFIX if policy.layout == "lerobot" else ""
         write_safetensors(state, tmp / "model.safetensors", prefix=prefix)
@@ -210,10 +208,4 @@ def save_pi0(policy: Pi0Policy, out_dir: str | os.PathLike, dtype: torch.dtype |
                 stats_dir = base / (policy.asset_id or "default")
                 stats_dir.mkdir(parents=True, exist_ok=True)
                 (stats_dir / "norm_stats.json").write_text(json.dumps(stats_to_openpi_json(policy.stats), indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
