@@ -1,0 +1,200 @@
+"""One off-policy update (SAC, CrossQ, RLPD) on a sampled batch of transitions.
+
+:class:`SACLearner` owns the actor (:class:`~rlinf.models.embodied.q_heads.SquashedGaussianActor`),
+the Q ensemble (:class:`~rlinf.models.embodied.q_heads.QEnsemble`), the target ensemble (not for
+CrossQ), the temperature and three Adam optimisers. :meth:`SACLearner.update` runs, on a batch
+with the fields of :data:`rlinf.data.replay_buffer.TRANSITION_FIELDS`:
+
+    1. critic:  y = r + discount (1 - d) (min_{J} Q'(s', a') - alpha log pi(a'|s'))
+                (J: every target head, or ``critic_subsample_size`` random ones; no entropy term
+                without ``backup_entropy``; CrossQ: Q and Q' from one joint forward, no targets)
+                loss = sum_k mean (Q_k(s, a) - y)^2
+    2. actor (every ``critic_actor_ratio``-th call): mean(alpha log pi(a~|s) - agg_k Q_k(s, a~))
+    3. temperature (with the actor, when ``autotune``): -mean(alpha (log pi + H_target))
+    4. targets: Polyak with ``tau`` (not CrossQ)
+
+the formulas of :mod:`rlinf.algorithms.sac`.
+
+Example:
+    >>> import torch
+    >>> learner = SACLearner(obs_dim=3, action_dim=1, settings=SACSettings(hidden_sizes=(8,)))
+    >>> batch = {"obs": torch.zeros(4, 3), "action": torch.zeros(4, 1), "reward": torch.ones(4),
+    ...          "next_obs": torch.zeros(4, 3), "terminated": torch.zeros(4, dtype=torch.bool),
+    ...          "discount": torch.full((4,), 0.9)}
+    >>> metrics = learner.update(batch)
+    >>> metrics["critic_loss"] > 0, metrics["alpha"]      # alpha moves with the first actor step
+    (True, 1.0)
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rlinf.algorithms.sac import (
+    alpha_loss,
+    alpha_value,
+    crossq_split,
+    sac_actor_loss,
+    sac_critic_loss,
+    sac_critic_target,
+    soft_update,
+    subsample_heads,
+)
+from rlinf.models.embodied.q_heads import QEnsemble, SquashedGaussianActor
+
+
+@dataclass(frozen=True)
+class SACSettings:
+    """What one :class:`SACLearner` does (RLinf's key names where they exist).
+
+    Attributes:
+        gamma, tau: discount (used when a batch has no ``discount``), Polyak rate in (0, 1].
+        hidden_sizes: actor and critic hidden widths.
+        q_head_type: ``default`` / ``layernorm`` / ``crossq``; num_q_heads: ensemble size.
+        critic_subsample_size: target heads drawn per update (RLPD); None = all.
+        agg_q: ``min`` or ``mean`` over heads in the actor loss.
+        backup_entropy: keep ``- alpha log pi'`` in the target (RLPD turns it off).
+        critic_actor_ratio: critic updates per actor (and temperature) update.
+        actor_lr, critic_lr, alpha_lr: Adam learning rates.
+        alpha_type, initial_alpha, autotune, target_entropy: ``entropy_tuning.*``; target None =
+            ``-action_dim``.
+        log_std_min, log_std_max: the actor's log-std range.
+        clip_grad: gradient-norm clip of each optimiser (0 = off).
+    """
+
+    gamma: float = 0.8
+    tau: float = 0.01
+    hidden_sizes: tuple[int, ...] = (256, 256, 256)
+    q_head_type: str = "default"
+    num_q_heads: int = 2
+    critic_subsample_size: int | None = None
+    agg_q: str = "min"
+    backup_entropy: bool = True
+    critic_actor_ratio: int = 1
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    alpha_type: str = "exp"
+    initial_alpha: float = 1.0
+    autotune: bool = True
+    target_entropy: float | None = None
+    log_std_min: float = -5.0
+    log_std_max: float = 2.0
+    clip_grad: float = 0.0
+
+
+def _alpha_param(initial: float, alpha_type: str) -> torch.Tensor:
+    if initial <= 0:
+        raise ValueError(f"entropy_tuning.initial_alpha must be > 0, got {initial}")
+    raw = math.log(initial) if alpha_type == "exp" else math.log(math.expm1(initial))
+    return torch.tensor(raw, dtype=torch.float32)
+
+
+class SACLearner:
+    """Networks, optimisers and :meth:`update` (see the module docstring).
+
+    Args:
+        obs_dim, action_dim: sizes.
+        settings: :class:`SACSettings`.
+        action_low, action_high: the env's bounds (default [-1, 1]).
+        generator: draws the head subsets (RLPD) and the actor's noise.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, settings: SACSettings,
+                 action_low: torch.Tensor | None = None, action_high: torch.Tensor | None = None,
+                 generator: torch.Generator | None = None):
+        s = self.settings = settings
+        if not 0 < s.tau <= 1:
+            raise ValueError(f"algorithm.tau must be in (0, 1], got {s.tau}")
+        if s.critic_actor_ratio < 1:
+            raise ValueError(f"algorithm.critic_actor_ratio must be >= 1, got {s.critic_actor_ratio}")
+        self.actor = SquashedGaussianActor(obs_dim, action_dim, s.hidden_sizes, s.log_std_min, s.log_std_max,
+                                           action_low, action_high)
+        self.critic = QEnsemble(obs_dim, action_dim, s.hidden_sizes, s.num_q_heads, s.q_head_type)
+        self.crossq = s.q_head_type == "crossq"
+        self.target = None if self.crossq else copy.deepcopy(self.critic).requires_grad_(False)
+        self.alpha_param = _alpha_param(s.initial_alpha, s.alpha_type).requires_grad_(s.autotune)
+        self.target_entropy = -float(action_dim) if s.target_entropy is None else float(s.target_entropy)
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=s.actor_lr)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr)
+        self.alpha_opt = torch.optim.Adam([self.alpha_param], lr=s.alpha_lr) if s.autotune else None
+        self.generator = generator
+        self.calls = 0
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return alpha_value(self.alpha_param.detach(), self.settings.alpha_type)
+
+    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor, params) -> float:
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, self.settings.clip_grad or float("inf"))
+        opt.step()
+        return float(norm)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One critic update, and an actor / temperature update every ``critic_actor_ratio`` calls."""
+        s, alpha = self.settings, self.alpha
+        obs, act, next_obs = batch["obs"], batch["action"], batch["next_obs"]
+        with torch.no_grad():
+            next_act, next_logp = self.actor(next_obs, generator=self.generator)
+        self.critic.train()
+        if self.crossq:
+            joint = self.critic(torch.cat([obs, next_obs]), torch.cat([act, next_act]))
+            q, next_q = crossq_split(joint, obs.shape[0])
+        else:
+            q = self.critic(obs, act)
+            with torch.no_grad():
+                next_q = self.target(next_obs, next_act)
+        next_q = subsample_heads(next_q, s.critic_subsample_size, self.generator)
+        y = sac_critic_target(batch["reward"], batch["terminated"], next_q, next_logp if s.backup_entropy else None,
+                              s.gamma, alpha, batch.get("discount"))
+        critic_loss = sac_critic_loss(q, y)
+        critic_norm = self._step(self.critic_opt, critic_loss, self.critic.parameters())
+        metrics = {"critic_loss": float(critic_loss.detach()), "critic_grad_norm": critic_norm,
+                   "q_mean": float(q.detach().mean()), "target_mean": float(y.mean()), "alpha": float(alpha)}
+        self.calls += 1
+        if self.calls % s.critic_actor_ratio == 0:
+            if self.crossq:  # the critic's batch statistics are not updated by the actor's pass
+                self.critic.eval()
+            new_act, logp = self.actor(obs, generator=self.generator)
+            self.critic.requires_grad_(False)  # the actor's loss moves the actor only
+            try:
+                actor_loss = sac_actor_loss(self.critic(obs, new_act), logp, alpha, s.agg_q)
+                metrics["actor_grad_norm"] = self._step(self.actor_opt, actor_loss, self.actor.parameters())
+            finally:
+                self.critic.requires_grad_(True)
+            metrics.update(actor_loss=float(actor_loss.detach()), entropy=float(-logp.detach().mean()))
+            if self.alpha_opt is not None:
+                loss = alpha_loss(self.alpha_param, logp, self.target_entropy, s.alpha_type)
+                self._step(self.alpha_opt, loss, [self.alpha_param])
+        else:
+            metrics.update(actor_loss=math.nan, entropy=math.nan)
+        if self.target is not None:
+            soft_update(list(self.target.parameters()), list(self.critic.parameters()), s.tau)
+        return metrics
+
+    def state_dict(self) -> dict:
+        """Everything a resume needs (networks, target, temperature, optimisers, call count)."""
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "target": None if self.target is None else self.target.state_dict(),
+                "alpha_param": self.alpha_param.detach().clone(), "calls": self.calls,
+                "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "alpha_opt": None if self.alpha_opt is None else self.alpha_opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        if self.target is not None:
+            self.target.load_state_dict(state["target"])
+        with torch.no_grad():
+            self.alpha_param.copy_(state["alpha_param"])
+        self.calls = int(state["calls"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        if self.alpha_opt is not None:
+            self.alpha_opt.load_state_dict(state["alpha_opt"])
