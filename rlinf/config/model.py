@@ -152,6 +152,17 @@ class PolicyModelConfig:
             own).
         add_value_head: build a value head (actor-critic, PPO); false for critic-free algorithms
             (GRPO), then values are null.
+        noise_method: flow_mlp: πRL's exploration, flow_sde (one stochastic denoising step per
+            call, diffusion ``noise_level``) or flow_noise (every step, learned std).
+        noise_level: flow_mlp flow_sde: the diffusion level ``a``.
+        noise_logvar_range: flow_mlp flow_noise: ``[min_std, max_std]`` of the noise head.
+        num_steps: flow_mlp: denoising steps.
+        action_chunk: actions executed per chunk (RLinf's name); flow_mlp executes the whole
+            chunk, so null or num_action_chunks.
+        joint_logprob: flow_mlp: log-prob = mean over ``[x_0, stochastic steps]`` (Flow-Noise's
+            joint form) instead of the stochastic step's alone.
+        ignore_last: flow_mlp flow_sde: never sample the last denoising step.
+        detach_critic_input: flow_mlp: the value head's gradient stops at the state encoder.
     """
 
     action_dim: int | None = rule(None, scope="embodied")
@@ -174,6 +185,14 @@ class PolicyModelConfig:
     init_log_std: float = rule(0.0, scope="embodied")
     shared_critic_encoder: bool = rule(True, scope="embodied")
     add_value_head: bool = rule(True, scope="embodied")
+    noise_method: Literal["flow_sde", "flow_noise"] = rule("flow_sde", scope="embodied")
+    noise_level: float = rule(0.5, scope="embodied")
+    noise_logvar_range: tuple[float, float] = rule((0.08, 0.16), scope="embodied")
+    num_steps: int = rule(4, scope="embodied")
+    action_chunk: int | None = rule(None, scope="embodied")
+    joint_logprob: bool = rule(False, scope="embodied")
+    ignore_last: bool = rule(False, scope="embodied")
+    detach_critic_input: bool = rule(False, scope="embodied")
 
     def validate(self, path: str) -> None:
         for key in ("action_dim", "num_action_chunks", "num_images_in_input", "hidden_size", "vocab_size",
@@ -184,6 +203,11 @@ class PolicyModelConfig:
             for i, width in enumerate(getattr(self, key) or ()):
                 check(width >= 1, f"{path}.{key}[{i}]", f"must be >= 1, got {width}")
         check(math.isfinite(self.init_log_std), f"{path}.init_log_std", f"must be finite, got {self.init_log_std}")
+        check(self.num_steps >= 1, f"{path}.num_steps", f"must be >= 1, got {self.num_steps}")
+        check(math.isfinite(self.noise_level) and self.noise_level > 0, f"{path}.noise_level",
+              f"must be > 0, got {self.noise_level}")
+        check(self.action_chunk is None or self.action_chunk >= 1, f"{path}.action_chunk",
+              f"must be >= 1 or null, got {self.action_chunk}")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,12 @@ Keys read per ``actor.model.model_type``:
 * ``cnn`` (camera images): the same plus image_size (resize target, default 64 x 64), center_crop,
   hidden_size (feature width, default 256), shared_critic_encoder, use_proprio (also feed the
   state), num_images_in_input (2 = main + wrist camera).
+* ``flow_mlp`` (state observations, :mod:`rlinf.models.embodied.flow_policy`): action_dim,
+  num_action_chunks (the flow's horizon; action_chunk null or equal), add_value_head,
+  policy_hidden_sizes (velocity MLP, default 256, 256), hidden_size (state encoder width, default
+  256), critic_hidden_sizes, and the πRL keys noise_method, noise_level, noise_logvar_range,
+  num_steps, joint_logprob, ignore_last, detach_critic_input (refused for every other type);
+  value_type chunk_level; model_path: a folder its ``save_pretrained`` wrote.
 * ``openvla`` / ``openvla_oft``: model_path (a real OpenVLA / OpenVLA-OFT folder, see
   :mod:`rlinf.models.embodied.openvla`; required), action_dim (default 7), num_action_chunks
   (default 1), precision, attn_implementation, unnorm_key, value_type, add_value_head,
@@ -35,11 +41,16 @@ from pathlib import Path
 from typing import Any
 
 from rlinf.config.actor import ActorModelConfig
+from rlinf.config.model import PolicyModelConfig
 from rlinf.models.embodied.base import EmbodiedPolicy, ObsSpec, check_value_type
-from rlinf.utils.typed_config import ConfigError, parse_section
+from rlinf.utils.typed_config import ConfigError, field_default, parse_section
 
 PATH = "actor.model"
-MODEL_TYPES = ("mlp", "cnn", "openvla", "openvla_oft")
+MODEL_TYPES = ("mlp", "cnn", "flow_mlp", "openvla", "openvla_oft")
+
+#: πRL keys only flow_mlp reads (refused elsewhere)
+FLOW_KEYS = ("noise_method", "noise_level", "noise_logvar_range", "num_steps", "action_chunk", "joint_logprob",
+             "ignore_last", "detach_critic_input")
 
 _DTYPES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
            "bf16": "bfloat16", "bfloat16": "bfloat16"}
@@ -87,6 +98,9 @@ def build_policy(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsS
     """
     cfg = model_cfg if isinstance(model_cfg, ActorModelConfig) else parse_section(ActorModelConfig, model_cfg, PATH)
     model_type = (cfg.model_type or "").lower()
+    if model_type == "flow_mlp":
+        return _build_flow(cfg, obs_spec)
+    _no_flow_keys(cfg, model_type)
     if model_type == "mlp":
         return _build_mlp(cfg, obs_spec)
     if model_type == "cnn":
@@ -128,6 +142,7 @@ def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec:
     if not vla:
         build_policy(cfg, obs_spec)
         return
+    _no_flow_keys(cfg, model_type)
     _openvla_precheck(cfg, obs_spec, model_type)
     _openvla_folder_check(cfg, action_dim)
 
@@ -207,6 +222,48 @@ def _build_mlp(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
         action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))
     policy = _load_or_build(MLPPolicy, config, cfg.model_path)
     policy.do_sample = cfg.policy.do_sample
+    return policy
+
+
+def _no_flow_keys(cfg: ActorModelConfig, model_type: str) -> None:
+    """Refuses a πRL key set away from its default for a policy that does not read it."""
+    for key in FLOW_KEYS:
+        default = field_default(next(f for f in dataclasses.fields(PolicyModelConfig) if f.name == key))
+        if getattr(cfg.policy, key) != default:
+            raise ConfigError(f"{PATH}.{key}", f"only model_type flow_mlp reads it, not {model_type}; remove it")
+
+
+def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
+    from rlinf.models.embodied.flow_policy import FlowPolicy, FlowPolicyConfig
+
+    _no_lora(cfg, "flow_mlp")
+    p = cfg.policy
+    action_dim = _require(p.action_dim, "action_dim", "model_type flow_mlp")
+    if obs.state_dim < 1:
+        raise ConfigError(f"{PATH}.model_type", "flow_mlp needs state observations (obs_spec.state_dim >= 1)")
+    chunks = p.num_action_chunks or 1
+    if p.action_chunk is not None and p.action_chunk != chunks:
+        raise ConfigError(f"{PATH}.action_chunk", f"{p.action_chunk}: flow_mlp executes its whole chunk, so it "
+                          f"must equal num_action_chunks ({chunks}) or be null")
+    if _value_type(cfg) != "chunk_level":
+        raise ConfigError(f"{PATH}.value_type", "flow_mlp has one value per chunk: chunk_level")
+    rng = tuple(p.noise_logvar_range)
+    if len(rng) != 2 or not 0 < rng[0] <= rng[1]:
+        raise ConfigError(f"{PATH}.noise_logvar_range", f"must be [min_std, max_std] with 0 < min_std <= max_std, "
+                          f"got {list(rng)}")
+    if p.ignore_last and p.num_steps < 2:
+        raise ConfigError(f"{PATH}.ignore_last", "needs num_steps >= 2 (one step besides the last to sample)")
+    low, high = obs.bounds(action_dim)
+    hidden = p.policy_hidden_sizes or (256, 256)
+    config = FlowPolicyConfig(
+        state_dim=obs.state_dim, action_dim=action_dim, num_action_chunks=chunks,
+        encoder_sizes=(p.hidden_size or 256,) * 2, hidden_sizes=hidden,
+        critic_hidden_sizes=p.critic_hidden_sizes or hidden, num_steps=p.num_steps, noise_method=p.noise_method,
+        noise_level=p.noise_level, noise_logvar_range=tuple(p.noise_logvar_range), joint_logprob=p.joint_logprob,
+        ignore_last=p.ignore_last, add_value_head=p.add_value_head, detach_critic_input=p.detach_critic_input,
+        action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))
+    policy = _load_or_build(FlowPolicy, config, cfg.model_path)
+    policy.do_sample = p.do_sample
     return policy
 
 

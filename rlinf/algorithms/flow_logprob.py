@@ -1,0 +1,312 @@
+"""Log-probabilities of flow-matching policies (πRL: Flow-SDE and Flow-Noise), pure functions.
+
+Convention (π0's): ``t = 1`` is noise, ``t = 0`` is data; ``x_t = t * eps + (1 - t) * a`` and the
+velocity ``v`` predicts ``eps - a``. Denoising runs ``N`` steps down the grid
+
+    t_k = 1 - k / N  (k = 0..N-1),  t_N = 0,       Delta_k = t_k - t_{k+1} = 1 / N
+
+Each step is a Gaussian transition ``x_{k+1} ~ N(mu_k, sigma_k^2)`` (element-wise):
+
+* ODE (deterministic): ``mu = x - Delta * v``, ``sigma = 0``.
+* Flow-SDE (noise level ``a``): ``s_t = a * sqrt(t / (1 - t))`` (at ``t = 1`` the denominator uses
+  ``t_1``), ``mu = x0_hat * (1 - t + Delta) + x1_hat * (t - Delta - s_t^2 Delta / (2 t))`` with
+  ``x0_hat = x - t v`` (data estimate) and ``x1_hat = x + (1 - t) v`` (noise estimate), i.e.
+  ``mu = x - Delta v - (s_t^2 Delta / (2 t)) * x1_hat``; ``sigma = s_t * sqrt(Delta)``.
+* Flow-Noise: ODE mean, ``sigma`` given (a learned noise head).
+
+A chain ``[B, N+1, H, A]`` (``x_0`` the initial noise, ``x_N`` the action chunk) and a mask
+``[B, N]`` of its stochastic steps define the log-prob of the sample, element-wise ``[B, H, A]``:
+
+* ``joint = False`` (Flow-SDE): the sum of the stochastic steps' log-densities (one step: that
+  transition's log-density).
+* ``joint = True`` (Flow-Noise): the mean of ``[log N(x_0; 0, I), stochastic steps...]``.
+
+Example:
+    >>> time_grid(4).tolist()
+    [1.0, 0.75, 0.5, 0.25, 0.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+NoiseMethod = Literal["flow_sde", "flow_noise"]
+NOISE_METHODS = ("flow_sde", "flow_noise")
+_LOG_2PI = math.log(2.0 * math.pi)
+
+#: ``velocity_fn(x [B, H, A], t [B]) -> (v [B, H, A], std [B, H, A] or None)``; std is read by
+#: Flow-Noise only
+VelocityFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def time_grid(num_steps: int, device=None) -> torch.Tensor:
+    """The denoising times ``[N+1]``: ``linspace(1, 1/N, N)`` then 0.
+
+    >>> time_grid(2).tolist()
+    [1.0, 0.5, 0.0]
+    """
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    grid = torch.linspace(1.0, 1.0 / num_steps, num_steps, device=device)
+    return torch.cat([grid, torch.zeros(1, device=device)])
+
+
+def endpoint_estimates(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x0_hat, x1_hat) = (x - t v, x + (1 - t) v)``: the data and the noise the velocity implies.
+
+    >>> [e.item() for e in endpoint_estimates(torch.tensor(1.0), torch.tensor(2.0), torch.tensor(0.25))]
+    [0.5, 2.5]
+    """
+    return x - t * v, x + (1.0 - t) * v
+
+
+def ode_step(x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor | float) -> torch.Tensor:
+    """Euler step towards the data: ``x - Delta * v``.
+
+    >>> ode_step(torch.tensor(1.0), torch.tensor(2.0), 0.25).item()
+    0.5
+    """
+    return x - delta * v
+
+
+def sde_sigma(t: torch.Tensor, noise_level: float, t_first: float) -> torch.Tensor:
+    """Flow-SDE diffusion ``a * sqrt(t / (1 - t'))`` with ``t' = t_first`` where ``t == 1`` else ``t``.
+
+    >>> round(sde_sigma(torch.tensor(0.5), 0.5, 0.75).item(), 6)
+    0.5
+    >>> sde_sigma(torch.tensor(1.0), 0.5, 0.75).item()  # 0.5 * sqrt(1 / 0.25)
+    1.0
+    """
+    t = torch.as_tensor(t, dtype=torch.float32)
+    denom = torch.where(t >= 1.0, torch.full_like(t, t_first), t)
+    return noise_level * torch.sqrt(t / (1.0 - denom))
+
+
+def sde_step_moments(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, delta: torch.Tensor | float,
+                     noise_level: float, t_first: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std of one Flow-SDE step (module docstring); ``t`` broadcasts against ``x``.
+
+    >>> m, s = sde_step_moments(torch.tensor(1.0), torch.tensor(2.0), torch.tensor(0.5), 0.5, 0.5, 0.5)
+    >>> round(m.item(), 6), round(s.item(), 6)  # s_t = 0.5; 1 - 1 - (0.25 * 0.5 / 1) * 2
+    (-0.25, 0.353553)
+    """
+    t = torch.as_tensor(t, dtype=x.dtype, device=x.device)
+    sigma = sde_sigma(t, noise_level, t_first).to(x.dtype)
+    _, x1_hat = endpoint_estimates(x, v, t)
+    mean = ode_step(x, v, delta) - (sigma ** 2 * delta / (2.0 * t)) * x1_hat
+    std = sigma * math.sqrt(float(delta)) if not isinstance(delta, torch.Tensor) else sigma * delta.sqrt()
+    return mean, torch.broadcast_to(std, mean.shape)
+
+
+def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Element-wise ``log N(x; mean, std^2)`` (fp32); entries with ``std == 0`` give 0.
+
+    >>> gaussian_logprob(torch.tensor([0.0, 5.0]), torch.zeros(2), torch.tensor([1.0, 0.0])).tolist()
+    [-0.9189385175704956, 0.0]
+    """
+    x, mean, std = x.float(), mean.float(), std.float()
+    zero = std == 0
+    safe = torch.where(zero, torch.ones_like(std), std)
+    logp = -0.5 * ((x - mean) / safe) ** 2 - torch.log(safe) - 0.5 * _LOG_2PI
+    return torch.where(zero, torch.zeros_like(logp), logp)
+
+
+def gaussian_entropy_of_std(std: torch.Tensor) -> torch.Tensor:
+    """Element-wise ``0.5 * log(2 pi e std^2)`` (the Flow-Noise entropy).
+
+    >>> round(gaussian_entropy_of_std(torch.tensor(1.0)).item(), 6)
+    1.418939
+    """
+    return 0.5 * (1.0 + _LOG_2PI) + torch.log(std.float())
+
+
+def step_moments(method: NoiseMethod, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, delta: float,
+                 noise_level: float, t_first: float, noise_std: torch.Tensor | None,
+                 stochastic: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std of one step for each batch row; rows where ``stochastic`` ``[B]`` is false take
+    the ODE step (std 0).
+
+    Args:
+        method: flow_sde or flow_noise.
+        x, v: ``[B, H, A]``.
+        t: the step's time (scalar tensor).
+        delta: step size.
+        noise_level: Flow-SDE ``a``.
+        t_first: ``t_1`` of the grid.
+        noise_std: Flow-Noise std ``[B, H, A]``.
+        stochastic: ``[B]`` bool.
+
+    Returns:
+        ``(mean, std)``, each ``[B, H, A]``.
+    """
+    ode = ode_step(x, v, delta)
+    if method == "flow_sde":
+        mean, std = sde_step_moments(x, v, t, delta, noise_level, t_first)
+    elif method == "flow_noise":
+        if noise_std is None:
+            raise ValueError("flow_noise needs the noise head's std")
+        mean, std = ode, noise_std
+    else:
+        raise ValueError(f"noise_method must be one of {NOISE_METHODS}, got {method!r}")
+    row = stochastic.view(-1, *([1] * (x.dim() - 1)))
+    return torch.where(row, mean, ode), torch.where(row, std, torch.zeros_like(std))
+
+
+def combine_logprobs(init_logprob: torch.Tensor, step_logprobs: torch.Tensor, mask: torch.Tensor,
+                     joint: bool) -> torch.Tensor:
+    """Element-wise log-prob ``[B, H, A]`` of a chain from its parts.
+
+    Args:
+        init_logprob: ``[B, H, A]`` ``log N(x_0; 0, I)``.
+        step_logprobs: ``[B, N, H, A]`` each step's transition log-density.
+        mask: ``[B, N]`` the stochastic steps.
+        joint: mean over ``[init, stochastic steps]`` (Flow-Noise) instead of the sum of the
+            stochastic steps (Flow-SDE).
+
+    Returns:
+        ``[B, H, A]``.
+
+    >>> combine_logprobs(torch.full((1, 1, 1), -3.0), torch.tensor([[[[-1.0]], [[-2.0]]]]),
+    ...                  torch.tensor([[True, True]]), joint=True).item()
+    -2.0
+    """
+    m = mask.to(step_logprobs.dtype).view(*mask.shape, *([1] * (step_logprobs.dim() - 2)))
+    steps = (step_logprobs * m).sum(1)
+    if not joint:
+        return steps
+    count = 1.0 + m.sum(1)
+    return (init_logprob + steps) / count
+
+
+@dataclass
+class FlowSample:
+    """One sampled chain.
+
+    Attributes:
+        chain: ``[B, N+1, H, A]``; ``chain[:, -1]`` is the action chunk.
+        mask: ``[B, N]`` bool, the stochastic steps.
+        logprobs: ``[B, H, A]`` (see :func:`combine_logprobs`).
+        entropy: ``[B, H, A]`` mean Gaussian entropy of the stochastic steps (0 where none).
+    """
+
+    chain: torch.Tensor
+    mask: torch.Tensor
+    logprobs: torch.Tensor
+    entropy: torch.Tensor
+
+
+def stochastic_mask(method: NoiseMethod, batch: int, num_steps: int, ignore_last: bool,
+                    deterministic: bool, generator: torch.Generator | None = None, device=None) -> torch.Tensor:
+    """Which steps sample: none when ``deterministic``; Flow-Noise all; Flow-SDE one step ``k``
+    drawn uniformly from ``0..N-1`` (``0..N-2`` with ``ignore_last``), the same for the batch.
+
+    >>> stochastic_mask("flow_noise", 2, 3, False, False).tolist()
+    [[True, True, True], [True, True, True]]
+    """
+    mask = torch.zeros(batch, num_steps, dtype=torch.bool, device=device)
+    if deterministic:
+        return mask
+    if method == "flow_noise":
+        return ~mask
+    high = num_steps - 1 if ignore_last and num_steps > 1 else num_steps
+    k = int(torch.randint(high, (1,), generator=generator, device=generator.device if generator else None))
+    mask[:, k] = True
+    return mask
+
+
+def sample_chain(velocity_fn: VelocityFn, x0: torch.Tensor, method: NoiseMethod, num_steps: int,
+                 noise_level: float, joint: bool, mask: torch.Tensor,
+                 generator: torch.Generator | None = None) -> FlowSample:
+    """Denoises ``x0`` ``[B, H, A]`` over the grid, sampling the steps ``mask`` marks.
+
+    Args:
+        velocity_fn: see :data:`VelocityFn`.
+        x0: the initial noise (its log-density enters the joint log-prob).
+        method, num_steps, noise_level, joint: see the module docstring.
+        mask: ``[B, N]`` stochastic steps (:func:`stochastic_mask`).
+        generator: for the step noise.
+
+    Returns:
+        A :class:`FlowSample`.
+
+    >>> zero_v = lambda x, t: (torch.zeros_like(x), None)
+    >>> s = sample_chain(zero_v, torch.ones(1, 1, 1), "flow_sde", 2, 0.5, False,
+    ...                  torch.tensor([[False, False]]))
+    >>> s.chain.view(-1).tolist(), s.logprobs.item()
+    ([1.0, 1.0, 1.0], 0.0)
+    """
+    grid = time_grid(num_steps, x0.device)
+    x, states, step_lp, entropies = x0, [x0], [], []
+    for k in range(num_steps):
+        t = grid[k]
+        v, noise_std = velocity_fn(x, t.expand(x.shape[0]))
+        mean, std = step_moments(method, x, v, t, float(grid[k] - grid[k + 1]), noise_level, float(grid[1]),
+                                 noise_std, mask[:, k])
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        x = mean + std * noise
+        states.append(x)
+        step_lp.append(gaussian_logprob(x, mean, std))
+        entropies.append(torch.where(std > 0, gaussian_entropy_of_std(std.clamp_min(1e-12)), torch.zeros_like(std)))
+        del v
+    chain = torch.stack(states, 1)
+    init = gaussian_logprob(x0, torch.zeros_like(x0), torch.ones_like(x0))
+    logprobs = combine_logprobs(init, torch.stack(step_lp, 1), mask, joint)
+    return FlowSample(chain, mask, logprobs, _mean_entropy(torch.stack(entropies, 1), mask))
+
+
+def chain_logprob(velocity_fn: VelocityFn, chain: torch.Tensor, mask: torch.Tensor, method: NoiseMethod,
+                  noise_level: float, joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Recomputes (differentiably) the log-prob and entropy of a stored chain under
+    ``velocity_fn``; equals :func:`sample_chain`'s for the same weights.
+
+    Args:
+        velocity_fn: see :data:`VelocityFn`.
+        chain: ``[B, N+1, H, A]``.
+        mask: ``[B, N]`` bool.
+        method, noise_level, joint: as sampled.
+
+    Returns:
+        ``(logprobs, entropy)``, each ``[B, H, A]``.
+    """
+    num_steps = chain.shape[1] - 1
+    grid = time_grid(num_steps, chain.device)
+    step_lp, entropies = [], []
+    for k in range(num_steps):
+        t, x = grid[k], chain[:, k]
+        if not bool(mask[:, k].any()):
+            step_lp.append(torch.zeros_like(x))
+            entropies.append(torch.zeros_like(x))
+            continue
+        v, noise_std = velocity_fn(x, t.expand(x.shape[0]))
+        mean, std = step_moments(method, x, v, t, float(grid[k] - grid[k + 1]), noise_level, float(grid[1]),
+                                 noise_std, mask[:, k])
+        step_lp.append(gaussian_logprob(chain[:, k + 1], mean, std))
+        entropies.append(torch.where(std > 0, gaussian_entropy_of_std(std.clamp_min(1e-12)), torch.zeros_like(std)))
+    x0 = chain[:, 0]
+    init = gaussian_logprob(x0, torch.zeros_like(x0), torch.ones_like(x0))
+    logprobs = combine_logprobs(init, torch.stack(step_lp, 1), mask, joint)
+    return logprobs, _mean_entropy(torch.stack(entropies, 1), mask)
+
+
+def _mean_entropy(entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(entropies.dtype).view(*mask.shape, *([1] * (entropies.dim() - 2)))
+    return (entropies * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+def aggregate_flow_logprobs(logprobs: torch.Tensor, level: Literal["chunk_level", "element_level"]) -> torch.Tensor:
+    """``chunk_level``: the sum over the chunk's elements ``[B, H, A] -> [B]`` (one ratio per chunk);
+    ``element_level``: unchanged (one ratio per element).
+
+    >>> aggregate_flow_logprobs(torch.ones(2, 3, 4), "chunk_level").tolist()
+    [12.0, 12.0]
+    """
+    if level == "chunk_level":
+        return logprobs.flatten(1).sum(1)
+    if level == "element_level":
+        return logprobs
+    raise ValueError(f"level must be chunk_level or element_level, got {level!r}")

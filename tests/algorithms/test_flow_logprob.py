@@ -1,0 +1,122 @@
+"""πRL flow log-probabilities: hand-computed steps, recomputation, limits and the SDE marginal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlinf.algorithms.flow_logprob import (
+    aggregate_flow_logprobs,
+    chain_logprob,
+    combine_logprobs,
+    gaussian_entropy_of_std,
+    gaussian_logprob,
+    sample_chain,
+    sde_sigma,
+    sde_step_moments,
+    stochastic_mask,
+    time_grid,
+)
+
+
+def test_time_grid_and_sigma_by_hand():
+    assert time_grid(4).tolist() == [1.0, 0.75, 0.5, 0.25, 0.0]
+    # a * sqrt(t / (1 - t)): t = 0.75 -> 0.5 * sqrt(3); t = 1 uses t_1 = 0.75 -> 0.5 * sqrt(1 / 0.25) = 1
+    assert sde_sigma(torch.tensor(0.75), 0.5, 0.75).item() == pytest.approx(0.5 * math.sqrt(3.0))
+    assert sde_sigma(torch.tensor(1.0), 0.5, 0.75).item() == pytest.approx(1.0)
+
+
+def test_sde_step_by_hand():
+    # x = 2, v = 1, t = 0.75, Delta = 0.25, a = 0.5: s = 0.5 sqrt(3), s^2 = 0.75
+    # x0_hat = 2 - 0.75 = 1.25, x1_hat = 2 + 0.25 = 2.25
+    # mu = 1.25 (1 - 0.75 + 0.25) + 2.25 (0.75 - 0.25 - 0.75 * 0.25 / 1.5) = 0.625 + 2.25 * 0.375 = 1.46875
+    mean, std = sde_step_moments(torch.tensor([2.0]), torch.tensor([1.0]), torch.tensor(0.75), 0.25, 0.5, 0.75)
+    assert mean.item() == pytest.approx(1.46875)
+    assert std.item() == pytest.approx(math.sqrt(0.75) * 0.5)
+
+
+def test_gaussian_logprob_entropy_and_combination_by_hand():
+    # log N(1; 0, 2^2) = -1/8 - log 2 - 0.5 log(2 pi)
+    lp = gaussian_logprob(torch.tensor([1.0, 3.0]), torch.zeros(2), torch.tensor([2.0, 0.0]))
+    assert lp[0].item() == pytest.approx(-0.125 - math.log(2.0) - 0.5 * math.log(2 * math.pi))
+    assert lp[1].item() == 0.0
+    assert gaussian_entropy_of_std(torch.tensor(2.0)).item() == pytest.approx(0.5 * math.log(2 * math.pi * math.e * 4))
+    init = torch.full((1, 1, 1), -4.0)
+    steps = torch.tensor([-1.0, -2.0, -3.0]).view(1, 3, 1, 1)
+    one = torch.tensor([[False, True, False]])
+    assert combine_logprobs(init, steps, one, joint=False).item() == -2.0  # the stochastic step alone
+    assert combine_logprobs(init, steps, torch.ones(1, 3, dtype=torch.bool), joint=True).item() == -2.5  # -10 / 4
+    assert aggregate_flow_logprobs(torch.ones(2, 2, 3), "chunk_level").tolist() == [6.0, 6.0]
+
+
+def test_stochastic_masks():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        m = stochastic_mask("flow_sde", 3, 4, True, False, g)
+        assert m.sum().item() == 3 and bool((m == m[0]).all()) and not bool(m[:, 3].any())
+    seen = {int(stochastic_mask("flow_sde", 1, 4, False, False, g)[0].nonzero()) for _ in range(60)}
+    assert seen == {0, 1, 2, 3}
+    assert not stochastic_mask("flow_noise", 2, 4, False, True).any()
+
+
+def _linear_velocity(weight: torch.Tensor, std: float | None = None):
+    def velocity(x, t):
+        v = x * weight + t.view(-1, 1, 1)
+        return v, None if std is None else torch.full_like(x, std)
+    return velocity
+
+
+@pytest.mark.parametrize("method,joint,std", [("flow_sde", False, None), ("flow_noise", True, 0.1)])
+def test_recomputed_logprob_equals_sampled_and_has_gradients(method, joint, std):
+    g = torch.Generator().manual_seed(1)
+    weight = torch.tensor(0.3, requires_grad=True)
+    x0 = torch.randn(5, 2, 3, generator=g)
+    mask = stochastic_mask(method, 5, 4, False, False, g)
+    with torch.no_grad():
+        s = sample_chain(_linear_velocity(weight, std), x0, method, 4, 0.5, joint, mask, g)
+    lp, ent = chain_logprob(_linear_velocity(weight, std), s.chain, s.mask, method, 0.5, joint)
+    assert torch.allclose(lp, s.logprobs, atol=1e-5) and torch.allclose(ent, s.entropy, atol=1e-6)
+    lp.sum().backward()
+    assert weight.grad is not None and weight.grad.abs().item() > 0
+    if method == "flow_noise":
+        assert torch.allclose(ent, gaussian_entropy_of_std(torch.tensor(0.1)).expand_as(ent))
+
+
+def test_small_noise_limits_give_the_ode_path():
+    x0 = torch.randn(4, 2, 2, generator=torch.Generator().manual_seed(2))
+    vel = _linear_velocity(torch.tensor(-0.5))
+    ode = sample_chain(vel, x0, "flow_sde", 4, 0.5, False, torch.zeros(4, 4, dtype=torch.bool))
+    sde = sample_chain(vel, x0, "flow_sde", 4, 1e-6, False, torch.ones(4, 4, dtype=torch.bool))
+    noisy = sample_chain(_linear_velocity(torch.tensor(-0.5), 1e-7), x0, "flow_noise", 4, 0.5, True,
+                         torch.ones(4, 4, dtype=torch.bool))
+    assert torch.allclose(sde.chain, ode.chain, atol=1e-5) and torch.allclose(noisy.chain, ode.chain, atol=1e-5)
+    assert bool((ode.logprobs == 0).all())  # no stochastic step: every std is 0
+    # a = 1 on the ODE-only chain differs: the SDE mean has the drift correction
+    sde_big = sde_step_moments(x0, x0, torch.tensor(0.5), 0.25, 1.0, 0.75)[0]
+    assert not torch.allclose(sde_big, x0 - 0.25 * x0)
+
+
+def test_sde_step_keeps_the_marginal_of_a_gaussian_flow():
+    """Data a ~ N(m, s^2), x_t = t eps + (1 - t) a ~ N((1 - t) m, V_t), V_t = t^2 + (1 - t)^2 s^2; the
+    exact velocity is E[eps - a | x_t]. One SDE step from x_t ~ its marginal lands on the marginal at
+    t - Delta (up to O(Delta^2)); the step without the drift correction overshoots the variance by
+    Delta s_t^2."""
+    m, s2, t, delta, a = 1.5, 0.25, 0.5, 0.02, 1.0
+
+    def marginal(tt):
+        return (1 - tt) * m, tt ** 2 + (1 - tt) ** 2 * s2
+
+    mu, var = marginal(t)
+    x = mu + math.sqrt(var) * torch.randn(400_000, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    v = (t - (1 - t) * s2) * (x - mu) / var - m
+    mean, std = sde_step_moments(x, v, torch.tensor(t, dtype=torch.float64), delta, a, 0.75)
+    noise = torch.randn(x.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    nxt = mean + std * noise
+    want_mu, want_var = marginal(t - delta)
+    assert nxt.mean().item() == pytest.approx(want_mu, abs=5e-3)
+    assert nxt.var().item() == pytest.approx(want_var, abs=4e-3)
+    naive = x - delta * v + std * noise
+    sigma2 = a ** 2 * t / (1 - t)
+    assert abs(naive.var().item() - want_var) > 0.5 * delta * sigma2  # the correction matters

@@ -1,0 +1,112 @@
+"""flow_mlp: act / evaluate log-prob equality for Flow-SDE and Flow-Noise, shapes, value head,
+the factory keys, save / load, and a PPO step that raises the sampled chain's log-prob."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlinf.models.embodied.base import ObsSpec
+from rlinf.models.embodied.factory import build_policy
+from rlinf.models.embodied.flow_policy import FlowPolicy, FlowPolicyConfig, time_features
+from rlinf.utils.typed_config import ConfigError
+
+SPEC = ObsSpec(state_dim=5, action_low=(-1.0,) * 3, action_high=(1.0,) * 3)
+
+
+def _policy(**kw) -> FlowPolicy:
+    base = dict(state_dim=5, action_dim=3, num_action_chunks=2, encoder_sizes=(16, 16), hidden_sizes=(32,),
+                critic_hidden_sizes=(16,), num_steps=4)
+    return FlowPolicy(FlowPolicyConfig(**{**base, **kw}))
+
+
+@pytest.mark.parametrize("kw", [dict(noise_method="flow_sde"), dict(noise_method="flow_sde", ignore_last=True),
+                                dict(noise_method="flow_noise", joint_logprob=True)])
+def test_act_and_evaluate_give_the_same_logprobs(kw):
+    torch.manual_seed(0)
+    policy = _policy(**kw)
+    states = torch.randn(6, 5)
+    out = policy.act(states=states, generator=torch.Generator().manual_seed(1))
+    assert out.actions.shape == (6, 2, 3) and out.logprobs.shape == (6, 2, 3) and out.values.shape == (6,)
+    assert out.raw_actions.shape == (6, 2, 5 * 3 + 4)
+    assert bool(out.actions.abs().max() <= 1)
+    chain, mask = policy.unpack(out.raw_actions)
+    assert chain.shape == (6, 5, 2, 3)
+    assert torch.allclose(out.actions, chain[:, -1].clamp(-1, 1))
+    if kw["noise_method"] == "flow_sde":
+        assert mask.sum(1).tolist() == [1] * 6 and (not kw.get("ignore_last") or not bool(mask[:, -1].any()))
+        assert out.logprobs.mean().item() != 0.0
+    else:
+        assert bool(mask.all())
+        lo, hi = policy.config.noise_logvar_range
+        ent = out.entropy  # 0.5 log(2 pi e std^2) with std in [lo, hi]
+        assert bool((ent >= 0.5 * torch.log(torch.tensor(2 * torch.pi * torch.e * lo ** 2)) - 1e-5).all())
+        assert bool((ent <= 0.5 * torch.log(torch.tensor(2 * torch.pi * torch.e * hi ** 2)) + 1e-5).all())
+    again = policy.evaluate(out.raw_actions, states=states)
+    assert torch.allclose(again.logprobs, out.logprobs, atol=1e-4)
+    assert torch.allclose(again.values, out.values) and torch.allclose(again.entropy, out.entropy, atol=1e-5)
+    again.logprobs.sum().backward()
+    assert policy.velocity_out.weight.grad.abs().sum() > 0
+
+
+def test_deterministic_act_has_no_stochastic_step_and_is_repeatable_given_the_noise():
+    policy = _policy()
+    states = torch.randn(3, 5)
+    a = policy.act(states=states, deterministic=True, generator=torch.Generator().manual_seed(2))
+    b = policy.act(states=states, deterministic=True, generator=torch.Generator().manual_seed(2))
+    assert not bool(policy.unpack(a.raw_actions)[1].any()) and torch.equal(a.actions, b.actions)
+
+
+def test_value_head_and_detach_critic_input():
+    states = torch.randn(4, 5)
+    for detach, expect_grad in ((False, True), (True, False)):
+        policy = _policy(detach_critic_input=detach)
+        policy.value(states=states).sum().backward()
+        grad = policy.encoder[0].weight.grad
+        assert (grad is not None and grad.abs().sum().item() > 0) == expect_grad
+    policy = _policy(add_value_head=False)
+    assert policy.act(states=states).values is None
+    with pytest.raises(ValueError, match="add_value_head"):
+        policy.value(states=states)
+
+
+def test_time_features_follow_pi0_periods():
+    feats = time_features(torch.tensor([0.25]), 4)  # periods 4e-3 and 4: sin(2 pi 0.25 / 4) = sin(pi / 8)
+    assert feats[0, 1].item() == pytest.approx(torch.sin(torch.tensor(torch.pi / 8)).item(), abs=1e-6)
+    assert feats[0, 3].item() == pytest.approx(torch.cos(torch.tensor(torch.pi / 8)).item(), abs=1e-6)
+
+
+def test_factory_builds_flow_mlp_and_refuses_misused_keys(tmp_path):
+    cfg = {"model_type": "flow_mlp", "action_dim": 3, "num_action_chunks": 2, "noise_method": "flow_noise",
+           "joint_logprob": True, "num_steps": 3, "noise_logvar_range": [0.1, 0.2], "hidden_size": 16,
+           "policy_hidden_sizes": [16], "detach_critic_input": True, "action_chunk": 2}
+    policy = build_policy(cfg, SPEC)
+    c = policy.config
+    assert (c.noise_method, c.joint_logprob, c.num_steps, c.noise_logvar_range, c.detach_critic_input) == \
+        ("flow_noise", True, 3, (0.1, 0.2), True)
+    policy.save_pretrained(tmp_path / "p")
+    loaded = build_policy({**cfg, "model_path": str(tmp_path / "p")}, SPEC)
+    assert all(torch.equal(a, b) for a, b in zip(policy.state_dict().values(), loaded.state_dict().values()))
+    for bad, key in (({"action_chunk": 5}, "action_chunk"), ({"noise_logvar_range": [0.2, 0.1]}, "noise_logvar_range"),
+                     ({"value_type": "action_level"}, "value_type"), ({"num_steps": 1, "ignore_last": True},
+                                                                      "ignore_last")):
+        with pytest.raises(ConfigError) as err:
+            build_policy({**cfg, **bad}, SPEC)
+        assert err.value.key == f"actor.model.{key}"
+    with pytest.raises(ConfigError) as err:
+        build_policy({"model_type": "mlp", "action_dim": 3, "num_steps": 8}, SPEC)
+    assert err.value.key == "actor.model.num_steps" and "flow_mlp" in str(err.value)
+
+
+def test_a_policy_gradient_step_raises_the_logprob_of_a_rewarded_chain():
+    torch.manual_seed(3)
+    policy = _policy(noise_method="flow_sde")
+    states = torch.randn(8, 5)
+    out = policy.act(states=states, generator=torch.Generator().manual_seed(4))
+    opt = torch.optim.SGD(policy.parameters(), lr=0.05)
+    before = policy.evaluate(out.raw_actions, states=states).logprobs.sum().item()
+    for _ in range(5):
+        opt.zero_grad()
+        (-policy.evaluate(out.raw_actions, states=states).logprobs.sum()).backward()
+        opt.step()
+    assert policy.evaluate(out.raw_actions, states=states).logprobs.sum().item() > before + 1e-3
