@@ -1,0 +1,82 @@
+"""The off-policy actor worker as a plain object: learning starts at min_buffer_size, RLPD
+batches mix in demonstrations, a checkpoint resumes the learner and the buffer, a damaged buffer
+stops the resume or (by key) starts empty, bad buffer settings name the key."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlinf.objectives.sac import SACSettings
+from rlinf.workers.actor.offpolicy_actor import BufferSettings, OffPolicyActorWorker
+
+
+def _rows(n: int, seed: int, offset: float = 0.0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.rand(n, 3, generator=g)
+    return {"obs": obs, "action": torch.rand(n, 1, generator=g) * 2 - 1, "reward": torch.rand(n, generator=g) + offset,
+            "next_obs": obs, "terminated": torch.zeros(n, dtype=torch.bool), "discount": torch.full((n,), 0.8)}
+
+
+def _worker(**buffer) -> OffPolicyActorWorker:
+    settings = BufferSettings(**{"capacity": 64, "min_buffer_size": 20, "batch_size": 8, **buffer})
+    return OffPolicyActorWorker(3, 1, SACSettings(hidden_sizes=(8,)), settings, seed=3)
+
+
+def test_updates_start_at_min_buffer_size_and_report_the_buffer():
+    w = _worker()
+    w.add_transitions(_rows(10, 0))
+    skipped = w.update(4)
+    assert skipped["actor/updates"] == 0 and skipped["buffer/size"] == 10 and "actor/critic_loss" not in skipped
+    w.add_transitions(_rows(10, 1))
+    ran = w.update(4)
+    assert ran["actor/updates"] == 4 and ran["actor/critic_loss"] > 0 and ran["buffer/memory_mb"] > 0
+    assert set(w.policy_state()) == set(w.learner.actor.state_dict())
+
+
+def test_demonstrations_fill_half_of_each_batch(monkeypatch):
+    w = OffPolicyActorWorker(3, 1, SACSettings(hidden_sizes=(8,)), BufferSettings(capacity=64, min_buffer_size=1,
+                             batch_size=8), seed=0, demos=_rows(12, 5, offset=100.0))
+    w.add_transitions(_rows(12, 6))
+    seen = []
+    real = w.learner.update
+    monkeypatch.setattr(w.learner, "update", lambda batch: seen.append(batch["reward"].clone()) or real(batch))
+    w.update(3)
+    assert all(int((r >= 100).sum()) == 4 for r in seen)
+
+
+def test_a_checkpoint_resumes_the_learner_and_the_buffer(tmp_path):
+    a = _worker()
+    a.add_transitions(_rows(30, 0))
+    a.update(3)
+    a.save_checkpoint(str(tmp_path / "ck"))
+    b = _worker()
+    b.load_checkpoint(str(tmp_path / "ck"))
+    assert len(b.buffer) == 30 and b.updates == 3
+    assert torch.equal(b.buffer.state_dict()["rows"]["reward"], a.buffer.state_dict()["rows"]["reward"])
+    ma, mb = a.update(2), b.update(2)
+    assert all(mb[k] == pytest.approx(ma[k], rel=1e-4) for k in ma)
+
+
+def test_a_damaged_buffer_stops_the_resume_or_starts_empty_by_key(tmp_path):
+    a = _worker()
+    a.add_transitions(_rows(30, 0))
+    a.save_checkpoint(str(tmp_path / "ck"))
+    buffer_file = tmp_path / "ck" / "replay_buffer.pt"
+    buffer_file.write_bytes(buffer_file.read_bytes()[:50])
+    with pytest.raises(ValueError, match="replay_buffer.pt: not a readable replay buffer.*on_damaged_buffer: empty"):
+        _worker().load_checkpoint(str(tmp_path / "ck"))
+    empty = _worker(on_damaged_buffer="empty")
+    empty.load_checkpoint(str(tmp_path / "ck"))
+    assert len(empty.buffer) == 0 and "empty replay buffer" in empty.buffer_note
+
+
+@pytest.mark.parametrize("settings, key", [
+    (dict(capacity=10, min_buffer_size=20), "replay_buffer.min_buffer_size"),
+    (dict(batch_size=0), "algorithm.batch_size"),
+    (dict(demo_fraction=1.0), "demo_buffer.demo_fraction"),
+    (dict(on_damaged_buffer="ignore"), "replay_buffer.on_damaged_buffer"),
+])
+def test_bad_buffer_settings_name_the_key(settings, key):
+    with pytest.raises(ValueError, match=key):
+        _worker(**settings)
