@@ -31,7 +31,14 @@ def test_updates_start_at_min_buffer_size_and_report_the_buffer():
     w.add_transitions(_rows(10, 1))
     ran = w.update(4)
     assert ran["actor/updates"] == 4 and ran["actor/critic_loss"] > 0 and ran["buffer/memory_mb"] > 0
-    assert set(w.policy_state()) == set(w.learner.actor.state_dict())
+    # the rollout side's policy takes the weights by name and acts as the learner's actor
+    from rlinf.models.embodied.sac_policy import SACActorPolicy
+
+    policy = SACActorPolicy(3, 1, hidden_sizes=(8,))
+    policy.load_state_dict(w.policy_state())
+    obs = torch.rand(5, 3)
+    greedy, _ = w.learner.actor(obs, deterministic=True)
+    assert torch.allclose(policy.act(states=obs, deterministic=True).actions[:, 0], greedy.detach())
 
 
 def test_demonstrations_fill_half_of_each_batch(monkeypatch):

@@ -122,8 +122,10 @@ class OffPolicyActorWorker(Worker):
 
     # ---- weights ------------------------------------------------------------------------------------
     def policy_state(self) -> dict[str, torch.Tensor]:
-        """The actor network's weights (what the rollout side acts with)."""
-        return {k: v.detach().clone() for k, v in self.learner.actor.state_dict().items()}
+        """The actor network's weights under the names of
+        :class:`~rlinf.models.embodied.sac_policy.SACActorPolicy` (``actor.*``), which the rollout
+        side acts with."""
+        return {f"actor.{k}": v.detach().clone() for k, v in self.learner.actor.state_dict().items()}
 
     def send_weights(self) -> int:
         """Send :meth:`policy_state` over the policy link; returns the bytes sent."""
