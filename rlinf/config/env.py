@@ -25,7 +25,7 @@ from typing import Any, Literal
 from rlinf.config.rollout import ChannelRef
 from rlinf.utils.typed_config import check
 
-__all__ = ["EnvConfig", "EnvInitParams", "EnvSectionConfig", "LIBERO_SUITES", "VideoConfig"]
+__all__ = ["EnvConfig", "EnvInitParams", "EnvSectionConfig", "LIBERO_SUITES", "METAWORLD_SUITES", "VideoConfig"]
 
 #: LIBERO suites -> (number of tasks, default max_episode_steps). The step budgets are those the
 #: OpenVLA / OpenVLA-OFT LIBERO evaluations use (longest demonstration plus a margin).
@@ -36,6 +36,15 @@ LIBERO_SUITES: dict[str, tuple[int, int]] = {
     "libero_10": (10, 520),
     "libero_90": (90, 400),
 }
+
+#: Meta-World multi-task sets -> number of tasks (one env split holds all of them).
+METAWORLD_SUITES: dict[str, int] = {"MT10": 10, "MT50": 50}
+#: Meta-World's ``max_path_length`` (the same for every v3 task): the default episode length.
+METAWORLD_MAX_PATH_LENGTH = 500
+
+#: The cameras each simulator returns when ``init_params.camera_names`` is null.
+DEFAULT_CAMERAS: dict[str, tuple[str, ...]] = {"libero": ("agentview", "robot0_eye_in_hand"),
+                                                "metaworld": ("corner2",)}
 
 
 @dataclass(frozen=True)
@@ -68,9 +77,11 @@ class EnvInitParams:
     Attributes:
         camera_heights, camera_widths: camera image size in pixels; null = the simulator's
             default (ManiSkill: the task's sensor size, LIBERO: 128).
-        id: ManiSkill task id (``PickCube-v1``); required for ``env_type: maniskill``.
+        id: ManiSkill task id (``PickCube-v1``); required for ``env_type: maniskill``. Meta-World:
+            the MT1 task name (``reach-v3``), or null with ``task_suite_name``.
         obs_mode: ManiSkill observation mode: ``state`` or ``rgb`` (``rgb+segmentation`` for the
-            bridge digital-twin tasks). LIBERO always returns images and proprio state.
+            bridge digital-twin tasks). Meta-World: ``state`` (39 numbers) or ``rgb`` (the state
+            plus one image per camera). LIBERO always returns images and proprio state.
         control_mode: ManiSkill controller (``pd_ee_delta_pose``, ...); null = the task's default.
         reward_mode: ManiSkill reward (``sparse``, ``dense``, ``normalized_dense``, ``none``);
             null = the task's default. LIBERO's reward is success (0 or 1).
@@ -79,9 +90,11 @@ class EnvInitParams:
         sim_config: extra ManiSkill ``sim_config`` (``sim_freq``, ``control_freq``, ...).
         sensor_configs: extra ManiSkill ``sensor_configs`` (``shader_pack``, ...).
         human_render_camera_configs: ManiSkill render camera for videos (``width``, ``height``).
-        camera_names: LIBERO cameras returned as images (our key).
-        shadows: LIBERO: MuJoCo shadows and multisampling in offscreen rendering; off renders about
-            1.6x faster on CPU (our key).
+        camera_names: LIBERO / Meta-World cameras returned as images (Meta-World: with
+            ``obs_mode: rgb``; the first one also renders videos); null = the simulator's default
+            (LIBERO: agentview and robot0_eye_in_hand, Meta-World: corner2) (our key).
+        shadows: LIBERO / Meta-World: MuJoCo shadows and multisampling in offscreen rendering; off
+            renders about 1.6x faster on CPU (our key).
         instruction: ManiSkill: language instruction sent with every observation of a task that
             has none of its own (the stock tasks such as PickCube-v1 have none; the bridge
             digital twins do, and theirs wins); null = no instruction (our key).
@@ -97,7 +110,7 @@ class EnvInitParams:
     sim_config: dict[str, Any] = field(default_factory=dict)
     sensor_configs: dict[str, Any] = field(default_factory=dict)
     human_render_camera_configs: dict[str, Any] = field(default_factory=dict)
-    camera_names: tuple[str, ...] = ("agentview", "robot0_eye_in_hand")
+    camera_names: tuple[str, ...] | None = None
     shadows: bool = False
     instruction: str | None = None
 
@@ -105,7 +118,16 @@ class EnvInitParams:
         for key in ("camera_heights", "camera_widths"):
             value = getattr(self, key)
             check(value is None or value >= 8, f"{path}.{key}", f"must be >= 8 or null, got {value}")
-        check(len(self.camera_names) >= 1, f"{path}.camera_names", "name at least one camera")
+        check(self.camera_names is None or len(self.camera_names) >= 1, f"{path}.camera_names",
+              "name at least one camera, or null for the simulator's default")
+
+    def cameras_for(self, env_type: str) -> tuple[str, ...]:
+        """``camera_names``, or the default cameras of ``env_type`` when null.
+
+        >>> EnvInitParams().cameras_for("metaworld"), EnvInitParams(camera_names=("a",)).cameras_for("libero")
+        (('corner2',), ('a',))
+        """
+        return tuple(self.camera_names) if self.camera_names else DEFAULT_CAMERAS.get(env_type, ())
 
 
 @dataclass(frozen=True)
@@ -113,11 +135,12 @@ class EnvConfig:
     """``env.train`` / ``env.eval``: one group of vectorised simulators.
 
     Attributes:
-        env_type: simulator: ``maniskill`` (ManiSkill3), ``libero`` or ``toy`` (a pure-numpy
-            reaching task for tests and debugging).
+        env_type: simulator: ``maniskill`` (ManiSkill3), ``libero``, ``metaworld`` (Meta-World v3)
+            or ``toy`` (a pure-numpy reaching task for tests and debugging).
         task_suite_name: LIBERO suite (libero_spatial, libero_object, libero_goal, libero_10,
-            libero_90).
-        task_ids: LIBERO tasks of the suite to use; null = all (our key).
+            libero_90), or a Meta-World multi-task set (MT10, MT50) run as one env split.
+        task_ids: LIBERO / Meta-World set tasks to use (indices into the suite); null = all
+            (our key).
         total_num_envs: parallel environments of this group across all env workers; null = set
             by the runner.
         auto_reset: reset an environment as soon as its episode ends (the step result then
@@ -129,7 +152,7 @@ class EnvConfig:
             False: each episode starts from a freshly drawn state.
         max_episode_steps: steps after which an episode is truncated; null = the simulator's
             default (ManiSkill: the task's registered limit, LIBERO: per suite, see
-            :data:`LIBERO_SUITES`).
+            :data:`LIBERO_SUITES`, Meta-World: the task's max path length, 500).
         use_rel_reward: reward is the difference between this step's and the previous step's
             (scaled) reward.
         reward_coef: scale of the simulator's reward.
@@ -139,20 +162,20 @@ class EnvConfig:
         init_params: see :class:`EnvInitParams`.
         step_timeout_s: a simulator process that does not answer a step, reset or render within
             this many seconds is reported as hung (our key).
-        envs_per_process: ManiSkill CPU simulation: environments each simulator process holds,
+        envs_per_process: ManiSkill CPU / Meta-World simulation: environments each simulator process holds,
             stepped one after another (1 = a process per environment; with fewer cores than
             environments, a few processes of several envs start faster and step with fewer
             messages) (our key).
         start_timeout_s: limit for starting a simulator process and building its environment
             (our key).
-        sim_in_worker: ManiSkill CPU simulation: the env worker steps its environments itself,
+        sim_in_worker: ManiSkill CPU / Meta-World simulation: the env worker steps its environments itself,
             one after another, instead of in simulator processes: no process start-up and no
             extra message hop per step, one core per env worker; place several env workers
             (``cluster.component_placement.env: 0-1``) to use several cores. A simulator that
             hangs is then not cut off by ``step_timeout_s`` (our key).
     """
 
-    env_type: Literal["maniskill", "libero", "toy"]
+    env_type: Literal["maniskill", "libero", "metaworld", "toy"]
     task_suite_name: str | None = None
     task_ids: tuple[int, ...] | None = None
     total_num_envs: int | None = None
@@ -179,6 +202,8 @@ class EnvConfig:
             return self.max_episode_steps
         if self.env_type == "libero" and self.task_suite_name in LIBERO_SUITES:
             return LIBERO_SUITES[self.task_suite_name][1]
+        if self.env_type == "metaworld":
+            return METAWORLD_MAX_PATH_LENGTH
         return None
 
     def validate(self, path: str) -> None:
@@ -194,12 +219,12 @@ class EnvConfig:
             check(getattr(self, key) > 0, f"{path}.{key}", f"must be > 0, got {getattr(self, key)}")
         check(self.envs_per_process >= 1, f"{path}.envs_per_process",
               f"must be >= 1, got {self.envs_per_process}")
-        check(self.envs_per_process == 1 or self.env_type == "maniskill", f"{path}.envs_per_process",
-              f"only ManiSkill groups environments in a process; {self.env_type} needs 1")
+        check(self.envs_per_process == 1 or self.env_type in ("maniskill", "metaworld"), f"{path}.envs_per_process",
+              f"only ManiSkill and Meta-World group environments in a process; {self.env_type} needs 1")
         if self.sim_in_worker:
-            check(self.env_type == "maniskill", f"{path}.sim_in_worker",
-                  f"only ManiSkill CPU environments run inside the env worker; {self.env_type} needs "
-                  "its simulator processes")
+            check(self.env_type in ("maniskill", "metaworld"), f"{path}.sim_in_worker",
+                  f"only ManiSkill CPU and Meta-World environments run inside the env worker; {self.env_type} "
+                  "needs its simulator processes")
             check(self.init_params.sim_backend != "gpu", f"{path}.sim_in_worker",
                   "sim_backend gpu already simulates every environment in the env worker; drop one")
             check(self.envs_per_process == 1, f"{path}.envs_per_process",
@@ -211,6 +236,8 @@ class EnvConfig:
             check(self.init_params.instruction is None, f"{path}.init_params.instruction",
                   f"only ManiSkill tasks take an instruction from the config; {self.env_type} tasks "
                   "carry their own")
+        if self.env_type == "metaworld":
+            self._validate_metaworld(path)
         if self.env_type == "libero":
             suites = ", ".join(LIBERO_SUITES)
             check(self.task_suite_name is not None, f"{path}.task_suite_name",
@@ -221,6 +248,28 @@ class EnvConfig:
             for i, task_id in enumerate(self.task_ids or ()):
                 check(0 <= task_id < n_tasks, f"{path}.task_ids[{i}]",
                       f"{self.task_suite_name} has tasks 0..{n_tasks - 1}, got {task_id}")
+
+    def _validate_metaworld(self, path: str) -> None:
+        p = self.init_params
+        sets = ", ".join(METAWORLD_SUITES)
+        check(p.id is None or self.task_suite_name is None, f"{path}.task_suite_name",
+              f"give either init_params.id (one MT1 task, e.g. reach-v3) or task_suite_name ({sets}), not both")
+        check(p.id is not None or self.task_suite_name is not None, f"{path}.init_params.id",
+              f"env_type metaworld needs a task name (e.g. reach-v3) or task_suite_name ({sets})")
+        if self.task_suite_name is not None:
+            check(self.task_suite_name in METAWORLD_SUITES, f"{path}.task_suite_name",
+                  f"{self.task_suite_name!r} is not a Meta-World task set; expected one of {sets}")
+            n_tasks = METAWORLD_SUITES[self.task_suite_name]
+            for i, task_id in enumerate(self.task_ids or ()):
+                check(0 <= task_id < n_tasks, f"{path}.task_ids[{i}]",
+                      f"{self.task_suite_name} has tasks 0..{n_tasks - 1}, got {task_id}")
+        else:
+            check(self.task_ids is None, f"{path}.task_ids", "picks tasks of a task_suite_name; an MT1 task has one")
+        check(p.obs_mode in ("state", "rgb"), f"{path}.init_params.obs_mode",
+              f"Meta-World gives state or rgb observations, got {p.obs_mode!r}")
+        for key in ("control_mode", "reward_mode"):
+            check(getattr(p, key) is None, f"{path}.init_params.{key}",
+                  "is a ManiSkill key; Meta-World has one controller and its own dense reward")
 
 
 @dataclass(frozen=True)

@@ -193,9 +193,9 @@ def test_crash_and_hang_are_reported_with_env_index_and_task():
 
 
 def test_task_needing_assets_fails_before_any_process_starts(monkeypatch):
-    import rlinf.engines.simulators.maniskill as ms
+    import rlinf.engines.simulators.subproc as subproc
 
-    monkeypatch.setattr(ms, "SubprocBatchSim", lambda *a, **k: pytest.fail("processes were started"))
+    monkeypatch.setattr(subproc, "SubprocBatchSim", lambda *a, **k: pytest.fail("processes were started"))
     bridge = EnvConfig(env_type="maniskill", init_params=EnvInitParams(id="PutCarrotOnPlateInScene-v1",
                                                                        obs_mode="rgb+segmentation"))
     with pytest.raises(MissingAssetsError, match=r"PutCarrotOnPlateInScene-v1 needs assets that are not "

@@ -4,6 +4,8 @@
 * ``maniskill`` — ManiSkill3 (:mod:`~rlinf.engines.simulators.maniskill`): CPU worker processes,
   or one CUDA batch.
 * ``libero`` — LIBERO suites (:mod:`~rlinf.engines.simulators.libero`): worker processes.
+* ``metaworld`` — Meta-World v3 MT1 tasks and MT10 / MT50 sets
+  (:mod:`~rlinf.engines.simulators.metaworld`): worker processes.
 
 Build one from ``env.train`` / ``env.eval`` with :func:`make_vector_env`; episode rules are shared
 (:class:`~rlinf.engines.simulators.episodes.EpisodeVectorEnv`). Videos:
@@ -64,6 +66,10 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None, rank: int = 0) 
         from rlinf.engines.simulators.libero import build_libero_sim
 
         sim = build_libero_sim(cfg, n)
+    elif cfg.env_type == "metaworld":
+        from rlinf.engines.simulators.metaworld import build_metaworld_sim
+
+        sim = build_metaworld_sim(cfg, n)
     else:  # pragma: no cover - EnvConfig rejects it
         raise ValueError(f"unknown env_type {cfg.env_type!r}")
     seed = int(np.random.SeedSequence([cfg.seed, rank]).generate_state(1)[0]) if rank else cfg.seed

@@ -180,7 +180,7 @@ def build_libero_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
     size = (p.camera_heights or p.camera_widths or 128, p.camera_widths or p.camera_heights or 128)
     assert cfg.task_suite_name is not None, "validated by EnvConfig"
     factory = partial(LiberoSingleEnv, cfg.task_suite_name, task_ids=cfg.task_ids, camera_size=size,
-                      camera_names=p.camera_names, shadows=p.shadows)
+                      camera_names=p.cameras_for("libero"), shadows=p.shadows)
     label = f"{cfg.task_suite_name} tasks {list(cfg.task_ids) if cfg.task_ids else 'all'}"
     return SubprocBatchSim([factory] * num_envs, labels=[label] * num_envs,
                            step_timeout_s=cfg.step_timeout_s, start_timeout_s=cfg.start_timeout_s)

@@ -41,8 +41,8 @@ import torch
 from rlinf.config.env import EnvConfig
 from rlinf.engines.simulators.base import EnvObs, SimulatorError
 from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
-from rlinf.engines.simulators.single import SerialBatchSim, SingleEnv, SingleObs, SingleStep
-from rlinf.engines.simulators.subproc import SubprocBatchSim
+from rlinf.engines.simulators.single import SingleEnv, SingleObs, SingleStep
+from rlinf.engines.simulators.subproc import build_cpu_sim
 
 __all__ = ["ManiSkillGPUSim", "ManiSkillSingleEnv", "MissingAssetsError", "build_maniskill_sim",
            "check_maniskill_assets", "missing_maniskill_assets", "vulkan_unavailable_reason"]
@@ -312,17 +312,4 @@ def build_maniskill_sim(cfg: EnvConfig, num_envs: int) -> BatchSim:
         backend = "gpu" if torch.cuda.is_available() else "cpu"
     if backend == "gpu":
         return ManiSkillGPUSim(num_envs, p.id, **kwargs)
-    factory = partial(ManiSkillSingleEnv, p.id, **kwargs)
-    if cfg.sim_in_worker:
-        envs: list[SingleEnv] = []
-        try:
-            for _ in range(num_envs):
-                envs.append(factory())
-        except BaseException:
-            for env in envs:
-                env.close()
-            raise
-        return SerialBatchSim(envs)
-    return SubprocBatchSim([factory] * num_envs, labels=[p.id] * num_envs,
-                           step_timeout_s=cfg.step_timeout_s, start_timeout_s=cfg.start_timeout_s,
-                           envs_per_process=cfg.envs_per_process)
+    return build_cpu_sim(partial(ManiSkillSingleEnv, p.id, **kwargs), num_envs, cfg, p.id)

@@ -39,7 +39,7 @@ from rlinf.engines.simulators.base import EnvObs, SimulatorError
 from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
 from rlinf.engines.simulators.single import IdleEnvs, SingleEnv, SingleObs, SingleStep, stack_obs, stack_steps
 
-__all__ = ["SubprocBatchSim"]
+__all__ = ["SubprocBatchSim", "build_cpu_sim"]
 
 EnvFactory = Callable[[], SingleEnv]
 
@@ -285,3 +285,25 @@ class SubprocBatchSim(BatchSim):
         which = f"env {first}" if len(members) == 1 else f"envs {first}-{members[-1]}"
         self.close(grace_s=0.0)  # a batch with a broken member is useless: stop it at once
         raise SimulatorError(f"{which} ({self._tasks[first]}): {op} failed: {cause}")
+
+
+def build_cpu_sim(factory: EnvFactory, num_envs: int, cfg: Any, label: str) -> BatchSim:
+    """``num_envs`` environments of ``factory`` for an env group ``cfg`` (an ``EnvConfig``): in
+    this process, one after another, with ``cfg.sim_in_worker`` (those already built are closed
+    when one fails), else in simulator processes (``envs_per_process`` each, ``cfg``'s
+    deadlines); ``label`` names them in errors until they report their task."""
+    if cfg.sim_in_worker:
+        from rlinf.engines.simulators.single import SerialBatchSim
+
+        envs: list[SingleEnv] = []
+        try:
+            for _ in range(num_envs):
+                envs.append(factory())
+        except BaseException:
+            for env in envs:
+                env.close()
+            raise
+        return SerialBatchSim(envs)
+    return SubprocBatchSim([factory] * num_envs, labels=[label] * num_envs,
+                           step_timeout_s=cfg.step_timeout_s, start_timeout_s=cfg.start_timeout_s,
+                           envs_per_process=cfg.envs_per_process)

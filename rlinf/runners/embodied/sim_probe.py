@@ -5,6 +5,9 @@ before any worker starts (:func:`probe_obs_spec`).
 * ``maniskill``: the task id must be registered and its assets installed; one CPU environment is
   built with the split's modes (whatever ``sim_backend`` the run uses: shapes do not depend on
   it), reset once and closed (about 3 s with the import).
+* ``metaworld``: the task name must be a v3 task (close matches named otherwise) and the library
+  installed; one environment of the first selected task is built, reset once and closed (about
+  5 s with the import; with ``obs_mode: rgb`` its cameras render once).
 * ``libero``: the library, its config file and assets must be present; shapes come from the
   adapter (7-D actions, an 8-D state, one image per camera), no MuJoCo scene is loaded.
 
@@ -34,9 +37,9 @@ def probe_obs_spec(cfg: Any, key: str) -> ObsSpec:
     report. Results are cached per distinct simulator settings for the life of the process."""
     p = cfg.init_params
     ident = (cfg.env_type, p.id, p.obs_mode, p.control_mode, p.camera_heights, p.camera_widths,
-             tuple(p.camera_names), cfg.task_suite_name, repr(p.sensor_configs), repr(p.sim_config))
+             p.camera_names, cfg.task_suite_name, cfg.task_ids, repr(p.sensor_configs), repr(p.sim_config))
     if ident not in _cache:
-        probe = {"toy": _toy, "maniskill": _maniskill, "libero": _libero}[cfg.env_type]
+        probe = {"toy": _toy, "maniskill": _maniskill, "libero": _libero, "metaworld": _metaworld}[cfg.env_type]
         _cache[ident] = probe(cfg, key)
     return _cache[ident]
 
@@ -132,7 +135,42 @@ def _libero(cfg: Any, key: str) -> ObsSpec:
     size = (p.camera_heights or p.camera_widths or 128, p.camera_widths or p.camera_heights or 128)
     dim = LiberoSingleEnv.ACTION_DIM
     return ObsSpec(state_dim=LiberoSingleEnv.STATE_DIM, image_shape=(size[0], size[1], 3),
-                   has_wrist=len(p.camera_names) > 1, action_low=(-1.0,) * dim, action_high=(1.0,) * dim)
+                   has_wrist=len(p.cameras_for("libero")) > 1, action_low=(-1.0,) * dim, action_high=(1.0,) * dim)
+
+
+def _metaworld(cfg: Any, key: str) -> ObsSpec:
+    from rlinf.engines.simulators.base import SimulatorError
+    from rlinf.engines.simulators.metaworld import (
+        MetaWorldSingleEnv,
+        check_metaworld_installed,
+        single_env_kwargs,
+        unknown_task_message,
+    )
+
+    if cfg.init_params.id is not None and cfg.task_suite_name is None:
+        from rlinf.engines.simulators.metaworld import TASK_NAMES
+
+        if cfg.init_params.id not in TASK_NAMES:
+            raise ConfigError(f"{key}.init_params.id", unknown_task_message(cfg.init_params.id))
+    try:
+        check_metaworld_installed()
+    except ImportError as exc:
+        raise ConfigError(f"{key}.env_type", f"metaworld: {exc}") from None
+    kwargs = single_env_kwargs(cfg)
+    # the first task's env, reset once: shapes (and, with images, the cameras) are checked here
+    kwargs["task_names"] = kwargs["task_names"][:1]
+    if kwargs["task_indices"] is not None:
+        kwargs["task_indices"] = kwargs["task_indices"][:1]
+    env = MetaWorldSingleEnv(**kwargs)
+    try:
+        return _spec_of(env.reset(0), env.spec())
+    except SimulatorError as exc:
+        raise ConfigError(f"{key}.init_params.camera_names", str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - MuJoCo / GL raise plain exceptions
+        raise ConfigError(f"{key}.init_params",
+                          f"Meta-World cannot reset {env.task_name}: {_first_line(exc)}") from None
+    finally:
+        env.close()
 
 
 def _first_line(exc: BaseException) -> str:
