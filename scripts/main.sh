@@ -5,7 +5,7 @@
 # Extra arguments are Hydra overrides, e.g. `bash scripts/main.sh runner.max_steps=10`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/setup_env.sh"
+bash "$root/scripts/setup_env.sh" --extras math  # the main job's extra only; the tests install every extra
 cd "$root"
 export RAY_DEDUP_LOGS="${RAY_DEDUP_LOGS:-1}"
 "$root/.venv/bin/python" -m toolkits.tiny_math.prepare --out results/tiny_math

