@@ -241,11 +241,18 @@ def sample_chain(velocity_fn: VelocityFn, x0: torch.Tensor, method: NoiseMethod,
     ([1.0, 1.0, 1.0], 0.0)
     """
     grid = time_grid(num_steps, x0.device)
+    times = grid.tolist()
     x, states, step_lp, entropies = x0, [x0], [], []
     for k in range(num_steps):
         t = grid[k]
         v, noise_std = velocity_fn(x, t.expand(x.shape[0]))
-        mean, std = step_moments(method, x, v, t, float(grid[k] - grid[k + 1]), noise_level, float(grid[1]),
+        if not bool(mask[:, k].any()):  # an ODE step for every row: no noise, log-density 0
+            x = ode_step(x, v, times[k] - times[k + 1])
+            states.append(x)
+            step_lp.append(torch.zeros_like(x))
+            entropies.append(torch.zeros_like(x))
+            continue
+        mean, std = step_moments(method, x, v, t, times[k] - times[k + 1], noise_level, times[1],
                                  noise_std, mask[:, k])
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         x = mean + std * noise
@@ -275,6 +282,7 @@ def chain_logprob(velocity_fn: VelocityFn, chain: torch.Tensor, mask: torch.Tens
     """
     num_steps = chain.shape[1] - 1
     grid = time_grid(num_steps, chain.device)
+    times = grid.tolist()
     step_lp, entropies = [], []
     for k in range(num_steps):
         t, x = grid[k], chain[:, k]
@@ -283,7 +291,7 @@ def chain_logprob(velocity_fn: VelocityFn, chain: torch.Tensor, mask: torch.Tens
             entropies.append(torch.zeros_like(x))
             continue
         v, noise_std = velocity_fn(x, t.expand(x.shape[0]))
-        mean, std = step_moments(method, x, v, t, float(grid[k] - grid[k + 1]), noise_level, float(grid[1]),
+        mean, std = step_moments(method, x, v, t, times[k] - times[k + 1], noise_level, times[1],
                                  noise_std, mask[:, k])
         step_lp.append(gaussian_logprob(chain[:, k + 1], mean, std))
         entropies.append(torch.where(std > 0, gaussian_entropy_of_std(std.clamp_min(1e-12)), torch.zeros_like(std)))
