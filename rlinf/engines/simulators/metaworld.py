@@ -75,8 +75,7 @@ MT10_TASKS = ("reach-v3", "push-v3", "pick-place-v3", "door-open-v3", "drawer-op
               "button-press-topdown-v3", "peg-insert-side-v3", "window-open-v3", "window-close-v3")
 
 
-_NOT_INSTALLED = ("Meta-World is not installed: run `bash scripts/setup_env.sh` (the default extras include "
-                  "`metaworld`) or pip install 'rlinf[metaworld]'")
+_NOT_INSTALLED = "Meta-World is not installed: run `bash scripts/setup_env.sh --extras metaworld`"
 
 
 def close_task_names(name: str, n: int = 3) -> list[str]:

@@ -67,11 +67,13 @@ def write_hf_folder(state: dict[str, torch.Tensor], hf_config, model_path: str, 
     config, chat template, ...)."""
     from transformers import AutoModelForCausalLM
 
+    from rlinf.utils.hf_save import save_hf_model
+
     os.makedirs(path, exist_ok=True)
     dtype = next(iter(state.values())).dtype if state else torch.float32
     with torch.device("meta"):  # a shell for the config and save logic; weights come from `state`
         shell = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
-    shell.save_pretrained(path, state_dict=state)
+    save_hf_model(shell, path, state_dict=state)  # (without importing DeepSpeed: rlinf.utils.hf_save)
     for name in os.listdir(model_path):
         src = os.path.join(model_path, name)
         if os.path.isfile(src) and name != "config.json" and not name.endswith(_WEIGHT_SUFFIXES):
