@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import torch
@@ -191,7 +191,8 @@ class EmbodiedPolicy(nn.Module):
         raise NotImplementedError
 
     def forward(self, mode: str = "act", **kwargs: Any):
-        """Dispatches to ``act`` / ``evaluate`` / ``value`` by ``mode``.
+        """Dispatches to ``act`` / ``evaluate`` / ``value`` by ``mode``; every differentiable
+        tensor it returns is a tensor of its own, never a view (:func:`own_outputs`).
 
         Args:
             mode: ``act``, ``evaluate`` or ``value``.
@@ -201,12 +202,40 @@ class EmbodiedPolicy(nn.Module):
             What the method returns.
         """
         if mode == "act":
-            return self.act(**kwargs)
+            return own_outputs(self.act(**kwargs))
         if mode == "evaluate":
-            return self.evaluate(**kwargs)
+            return own_outputs(self.evaluate(**kwargs))
         if mode == "value":
-            return self.value(**kwargs)
+            return own_outputs(self.value(**kwargs))
         raise ValueError(f"mode must be act, evaluate or value, got {mode!r}")
+
+
+def own_outputs(out: PolicyOutput | torch.Tensor | None) -> PolicyOutput | torch.Tensor | None:
+    """``out`` with each grad-requiring tensor that is a view (a value head's ``squeeze(-1)``,
+    a ``view(N, K, A)`` of per-token log-probs) replaced by a copy.
+
+    FSDP2 hooks the tensors a wrapped module's forward returns to gather the weights before
+    backward; an in-place op on a returned view (``x += y``) would drop that hook and skip the
+    gather, so FSDP2 warns "returned a view tensor". A policy's forward returns its own tensors,
+    which leaves nothing to warn about and nothing to break. Gradients are unchanged (a copy's
+    gradient is the identity).
+
+    >>> v = torch.ones(4, 1, requires_grad=True) * 2
+    >>> own_outputs(v.squeeze(-1))._is_view(), v.squeeze(-1)._is_view()
+    (False, True)
+    >>> out = own_outputs(PolicyOutput(actions=torch.zeros(4, 1, 1), raw_actions=torch.zeros(4, 1, 1),
+    ...                                logprobs=v.view(4, 1, 1), values=v.squeeze(-1)))
+    >>> out.logprobs._is_view(), out.values._is_view(), out.values.tolist()
+    (False, False, [2.0, 2.0, 2.0, 2.0])
+    """
+    if isinstance(out, torch.Tensor):
+        return out.clone() if out.requires_grad and out._is_view() else out
+    if isinstance(out, PolicyOutput):
+        for f in fields(out):
+            value = getattr(out, f.name)
+            if isinstance(value, torch.Tensor) and value.requires_grad and value._is_view():
+                setattr(out, f.name, value.clone())
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
