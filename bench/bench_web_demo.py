@@ -91,6 +91,9 @@ def main(argv=None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a Hydra override")
     parser.add_argument("--quick", action="store_true", help="one iteration per arm (a smoke test)")
     args = parser.parse_args(argv)
+    from rlinf.utils.extras import exit_if_missing
+
+    exit_if_missing(["math", "web"])
     if args.quick:
         args.iterations, args.test_interval = 1, 1
     import shutil

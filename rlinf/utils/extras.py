@@ -18,11 +18,14 @@ Example:
     ValueError: unknown extra 'no-such-extra'
     >>> missing_line(["embodied"], "ManiSkill3")
     'ManiSkill3 is not installed: run `bash scripts/setup_env.sh --extras embodied`'
-"""
+    >>> missing_line(["libero", "embodied"])
+    'the libero extra and the embodied extra are not installed: run `bash scripts/setup_env.sh --extras libero,embodied`'
+"""  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Iterable
 
 #: extra of pyproject.toml -> top-level modules that must be importable for it to count as installed
@@ -76,7 +79,8 @@ def setup_command(extras: Iterable[str]) -> str:
 def missing_line(extras: list[str], what: str | None = None) -> str:
     """One line: what is missing and the command that installs it."""
     what = what or " and ".join(f"the {e} extra" for e in extras)
-    return f"{what} is not installed: run `{setup_command(extras)}`"
+    verb = "are" if " and " in what else "is"
+    return f"{what} {verb} not installed: run `{setup_command(extras)}`"
 
 
 class MissingExtra(ImportError):
@@ -91,3 +95,12 @@ def require_extras(extras: Iterable[str], what: str | None = None) -> None:
     missing = missing_extras(extras)
     if missing:
         raise MissingExtra(missing_line(missing, what))
+
+
+def exit_if_missing(extras: Iterable[str], what: str | None = None) -> None:
+    """For a command-line program: print ``error: <missing_line>`` to stderr and exit with code 2
+    when one of ``extras`` is missing (before the program starts anything)."""
+    missing = missing_extras(extras)
+    if missing:
+        print(f"error: {missing_line(missing, what)}", file=sys.stderr)
+        sys.exit(2)

@@ -79,3 +79,14 @@ def test_every_extra_of_pyproject_has_its_modules_listed():
     script = (ROOT / "scripts" / "setup_env.sh").read_text()
     known = next(line for line in script.splitlines() if line.startswith("known="))
     assert set(known.split('"')[1].strip(",").split(",")) == declared
+
+
+def test_exit_if_missing_prints_one_line_and_exits_2(monkeypatch, capsys):
+    monkeypatch.setitem(extras.EXTRA_MODULES, "web", ("no_such_module_rlinf_test",))
+    extras.exit_if_missing(["math"])  # installed: returns
+    with pytest.raises(SystemExit) as exc:
+        extras.exit_if_missing(["math", "web"], "Playwright")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "error: Playwright is not installed: run `bash scripts/setup_env.sh --extras web`\n"
+    assert extras.missing_line(["libero", "embodied"], "LIBERO and imageio").startswith("LIBERO and imageio are not")

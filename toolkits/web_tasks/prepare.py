@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from rlinf.utils.extras import exit_if_missing
 from toolkits.web_tasks.demos import augment_rows, collect_demos, read_jsonl, write_jsonl
 from toolkits.web_tasks.evaluate import TRAIN_TASKS, evaluate_model, select_tasks, tiny_settings
 from toolkits.web_tasks.make_model import MAX_NEW_TOKENS, describe, make_model
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=d.threads)
     a = p.parse_args(argv)
+    exit_if_missing(["web"], "Playwright (the expert demonstrations drive the browser)")
     s = Settings(**{f.name: getattr(a, f.name) for f in fields(Settings)})
     started = time.perf_counter()
     stamp = prepare(a.out, s)
