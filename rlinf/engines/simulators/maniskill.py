@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +163,21 @@ def _instructions(env: Any, n: int, default: str | None = None) -> list[str] | N
     return [str(t) for t in texts] if isinstance(texts, (list, tuple)) else [str(texts)] * n
 
 
+@cache
+def cpu_sim_render_backend() -> str:
+    """The render device of a CPU-simulated environment: ``"gpu"`` where SAPIEN finds a CUDA device,
+    else ``"cpu"`` (asked once per process). ManiSkill's default ``"gpu"`` falls back to the CPU by
+    itself on a machine without CUDA, but logs "Requested to use render device ..., but CUDA
+    device was not found" for every environment it builds."""
+    import sapien
+
+    try:
+        sapien.Device("cuda")
+    except RuntimeError:
+        return "cpu"
+    return "gpu"
+
+
 def _is_vulkan_error(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(k in text for k in ("vk::", "vulkan", "physical device", "rendering device"))
@@ -196,7 +211,8 @@ class ManiSkillSingleEnv(SingleEnv):
                               sensor_configs, human_render_camera_configs)
         try:
             # The raw task: no gymnasium wrappers (the episode layer does time limits and resets).
-            self._env = gym.make(env_id, num_envs=1, sim_backend="cpu", **kwargs).unwrapped
+            self._env = gym.make(env_id, num_envs=1, sim_backend="cpu", render_backend=cpu_sim_render_backend(),
+                                 **kwargs).unwrapped
         except RuntimeError as exc:
             if _is_vulkan_error(exc):
                 raise SimulatorError(f"{exc}. {VULKAN_HINT}") from exc
