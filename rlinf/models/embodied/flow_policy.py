@@ -10,8 +10,9 @@ per-element std in ``noise_logvar_range`` (``[min_std, max_std]``); a value head
 encoder features (``detach_critic_input`` stops its gradient into the encoder).
 
 ``act`` denoises ``x_0 ~ N(0, I)`` in ``num_steps`` steps; the env action is ``clamp(x_N)``.
-``act(deterministic=True)`` runs the ODE from ``x_0 = 0`` (no stochastic step). ``act``'s
-``raw_actions`` ``[N, K, (S+1) * A + S]`` carry what ``evaluate`` needs to recompute the same
+``act(deterministic=True)`` runs the ODE (no stochastic step) from a sampled ``x_0``, as πRL
+evaluates; on two PushCube checkpoints ``x_0 = 0`` succeeded less often (1 vs 2 and 1 vs 4 of 32).
+``act``'s ``raw_actions`` ``[N, K, (S+1) * A + S]`` carry what ``evaluate`` needs to recompute the same
 log-probs: for each action row ``k`` the chain's values ``x_0[k], ..., x_S[k]`` (``A`` each),
 then the ``S`` stochastic-step flags (the same in every row). ``logprobs`` ``[N, K, A]`` are the
 element-wise chain log-probs.
@@ -181,11 +182,7 @@ class FlowPolicy(EmbodiedPolicy):
         cfg = self.config
         features = self._features(states)
         b = features.shape[0]
-        shape = (b, self.num_action_chunks, self.action_dim)
-        # deterministic: the ODE from the prior's mean, the flow's image of the noise mode (a Gaussian
-        # policy's deterministic action is its mean in the same way)
-        x0 = (torch.zeros(shape, device=features.device) if deterministic
-              else torch.randn(shape, generator=generator, device=features.device))
+        x0 = torch.randn(b, self.num_action_chunks, self.action_dim, generator=generator, device=features.device)
         mask = stochastic_mask(cfg.noise_method, b, cfg.num_steps, cfg.ignore_last, deterministic,
                                generator, features.device)
         sample = sample_chain(self._velocity_fn(features), x0, cfg.noise_method, cfg.num_steps,
