@@ -27,10 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["bench_channel.py", "bench_latency.py", "bench_group_call.py", "bench_math_reward.py",
            "bench_env_pipeline.py", "bench_placement.py", "bench_weight_sync.py"]
 PUSHCUBE = "bench_pushcube_vs_single_file.py"
+PICKCUBE_SAC = "bench_pickcube_sac.py"
 CONCURRENT_SCRIPTS = 2  # 2 cores: more would only stretch each script's own timings
 SCRIPT_TIMEOUT_S = 240
+#: scripts that start several runs one after another get longer (bench_pickcube_sac: three arms)
+SCRIPT_TIMEOUTS = {PICKCUBE_SAC: 480}
 # the longest (~1 min) first, then in test order: no test waits long for scripts queued before its own
-START_ORDER = [PUSHCUBE, *SCRIPTS]
+START_ORDER = [PUSHCUBE, PICKCUBE_SAC, *SCRIPTS]
 
 
 def bench_command(script: str) -> list[str]:
@@ -84,7 +87,8 @@ class BenchQueue:
 
     def _reap(self) -> None:
         for script, (proc, out, err, started) in list(self.running.items()):
-            timed_out = proc.poll() is None and time.monotonic() - started > SCRIPT_TIMEOUT_S
+            limit = SCRIPT_TIMEOUTS.get(script, SCRIPT_TIMEOUT_S)
+            timed_out = proc.poll() is None and time.monotonic() - started > limit
             if timed_out:
                 proc.kill()
                 proc.wait()
@@ -92,7 +96,7 @@ class BenchQueue:
                 continue
             out.seek(0)
             err.seek(0)
-            stderr = err.read() + (f"\n[{script} killed after {SCRIPT_TIMEOUT_S} s]" if timed_out else "")
+            stderr = err.read() + (f"\n[{script} killed after {limit} s]" if timed_out else "")
             self.done[script] = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), stderr)
             out.close()
             err.close()
@@ -121,6 +125,8 @@ def _selected_scripts(session: pytest.Session) -> set[str]:
                 chosen.add(callspec.params["script"])
             elif item.originalname == "test_pushcube_side_by_side_quick_prints_both_rows":
                 chosen.add(PUSHCUBE)
+            elif item.originalname == "test_pickcube_sac_quick_prints_every_arm":
+                chosen.add(PICKCUBE_SAC)
     return chosen
 
 
@@ -128,8 +134,8 @@ def _selected_scripts(session: pytest.Session) -> set[str]:
 def bench_runs(request):
     """A :class:`BenchQueue` holding every selected script, two running at a time."""
     chosen = _selected_scripts(request.session)
-    if PUSHCUBE in chosen and _pushcube_problem():
-        chosen.discard(PUSHCUBE)  # its test skips with the reason
+    if chosen & {PUSHCUBE, PICKCUBE_SAC} and _pushcube_problem():  # their tests skip with the reason
+        chosen -= {PUSHCUBE, PICKCUBE_SAC}
     queue = BenchQueue([script for script in START_ORDER if script in chosen], CONCURRENT_SCRIPTS)
     queue.start()
     yield queue
@@ -156,6 +162,21 @@ def test_pushcube_side_by_side_quick_prints_both_rows(bench_runs):
     rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     assert any(r.startswith("| single-file PPO |") for r in rows), out.stdout
     assert any(r.startswith("| ours (rlinf runner) |") for r in rows), out.stdout
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
+def test_pickcube_sac_quick_prints_every_arm(bench_runs):
+    """bench_pickcube_sac.py --quick: the single file, ours sync and ours async, one row each and
+    the ratio rows (PickCube SAC, issue 28)."""
+    problem = _pushcube_problem()
+    if problem:
+        pytest.skip(problem)
+    out = bench_runs.result(PICKCUBE_SAC)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
+    for name in ("single-file SAC", "ours (sync)", "ours (async)", "ours (sync) / single-file", "async / sync"):
+        assert any(r.startswith(f"| {name} |") for r in rows), out.stdout
 
 
 def test_pushcube_stop_rule():

@@ -79,7 +79,7 @@ def _runner_modules() -> dict[str, set[str]]:
 
 #: recipes that extend another one (docs/design.md "Recipes": the tool agent is the math run with a
 #: multi-turn rollout worker); no other recipe may import another's folder
-EXTENDS = {"tool_agent": {"math"}}
+EXTENDS = {"tool_agent": {"math"}, "embodied_offpolicy": {"embodied"}}
 
 
 def test_shared_runner_code_imports_no_recipe_and_recipes_not_each_other():

@@ -1,7 +1,8 @@
-"""Embodied RL (PPO / GRPO on simulators): the Hydra entry point.
+"""Embodied RL (PPO / GRPO, or SAC / CrossQ / RLPD off-policy, on simulators): the Hydra entry point.
 
     python examples/embodiment/main_embodied.py --config-name maniskill_ppo_mlp_cpu
     python examples/embodiment/main_embodied.py --config-name toy_ppo_mlp runner.max_steps=5
+    python examples/embodiment/main_embodied.py --config-name maniskill_sac_mlp_cpu
 
 Run from the repository root. Shared env groups come from ``config/env/`` through
 ``hydra.searchpath`` (``REPO_PATH`` is set to this checkout when unset). Everything happens in
@@ -27,10 +28,10 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="config", config_name="toy_ppo_mlp")
 def main(cfg) -> None:
-    from rlinf.runners.embodied.recipe import EMBODIED_RECIPE
+    from rlinf.runners.embodied_offpolicy.recipe import embodied_recipe_for
     from rlinf.runners.entry import run_entry
 
-    run_entry(EMBODIED_RECIPE, cfg)
+    run_entry(embodied_recipe_for(cfg), cfg)  # algorithm.loss_type embodied_sac: SAC / CrossQ / RLPD
 
 
 if __name__ == "__main__":

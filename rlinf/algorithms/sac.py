@@ -70,8 +70,15 @@ def sample_squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, determin
 
 def sac_critic_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor,
                       next_logprob: torch.Tensor | None, gamma: float, alpha: float | torch.Tensor,
-                      discounts: torch.Tensor | None = None) -> torch.Tensor:
-    """``y = r + gamma^k (1 - d) (min_j Q'_j - alpha log pi')`` (no gradient).
+                      discounts: torch.Tensor | None = None, agg: str = "min") -> torch.Tensor:
+    """``y = r + gamma^k (1 - d) (min_j Q'_j - alpha log pi')`` (no gradient); ``agg="mean"``
+    takes the mean over the chosen heads instead of the min (RLinf's ``agg_q: mean``).
+
+    >>> import torch
+    >>> y = sac_critic_target(torch.zeros(1), torch.zeros(1), torch.tensor([[2.0], [4.0]]), None, 0.5, 0.0,
+    ...                       agg="mean")
+    >>> float(y)   # 0.5 * mean(2, 4)
+    1.5
 
     Args:
         rewards, terminated: ``[B]`` (n-step: the discounted reward sum over the span).
@@ -81,11 +88,14 @@ def sac_critic_target(rewards: torch.Tensor, terminated: torch.Tensor, next_q: t
         gamma: discount per step.
         alpha: temperature.
         discounts: ``[B]`` ``gamma^k`` per transition (n-step); None = ``gamma``.
+        agg: ``min`` or ``mean`` over the heads of ``next_q``.
     """
     if not 0 <= gamma <= 1:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if agg not in ("min", "mean"):
+        raise ValueError(f"agg_q must be 'min' or 'mean', got {agg!r}")
     with torch.no_grad():
-        soft = next_q.min(dim=0).values
+        soft = next_q.min(dim=0).values if agg == "min" else next_q.mean(dim=0)
         if next_logprob is not None:
             soft = soft - alpha * next_logprob
         discount = torch.full_like(rewards, gamma) if discounts is None else discounts

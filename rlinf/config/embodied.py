@@ -123,6 +123,9 @@ class EmbodiedConfig(RootConfig):
         for key, value in (("model_type", model.model_type), ("action_dim", model.policy.action_dim),
                            ("num_action_chunks", model.policy.num_action_chunks)):
             check(value is not None, f"actor.model.{key}", "missing")
+        check((model.model_type or "").lower() != "sac_mlp", "actor.model.model_type",
+              "sac_mlp (an actor with Q heads, no value head) trains with SAC: set algorithm.loss_type: "
+              "embodied_sac, or use mlp for PPO / GRPO")
         if estimator.needs_groups:
             train = self.env.train
             check(train.use_fixed_reset_state_ids, "env.train.use_fixed_reset_state_ids",

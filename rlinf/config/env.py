@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.config.rollout import ChannelRef
-from rlinf.utils.typed_config import check
+from rlinf.utils.typed_config import check, rule
 
 __all__ = ["EnvConfig", "EnvInitParams", "EnvSectionConfig", "LIBERO_SUITES", "METAWORLD_SUITES", "VideoConfig"]
 
@@ -173,6 +173,10 @@ class EnvConfig:
             extra message hop per step, one core per env worker; place several env workers
             (``cluster.component_placement.env: 0-1``) to use several cores. A simulator that
             hangs is then not cut off by ``step_timeout_s`` (our key).
+        max_steps_per_rollout_epoch: off-policy runs (train split): policy steps of every
+            environment per collection (sync mode: per training step; episodes run on across
+            collections); null = max_episode_steps. The eval split plays whole episodes, so null
+            or max_episode_steps (RLinf's key).
     """
 
     env_type: Literal["maniskill", "libero", "metaworld", "toy"]
@@ -193,6 +197,7 @@ class EnvConfig:
     start_timeout_s: float = 300.0
     envs_per_process: int = 1
     sim_in_worker: bool = False
+    max_steps_per_rollout_epoch: int | None = rule(None, scope="offpolicy")
 
     @property
     def episode_steps(self) -> int | None:
@@ -215,6 +220,8 @@ class EnvConfig:
                   f"{self.total_num_envs} is not a multiple of group_size {self.group_size}")
         check(self.max_episode_steps is None or self.max_episode_steps >= 1, f"{path}.max_episode_steps",
               f"must be >= 1 or null, got {self.max_episode_steps}")
+        check(self.max_steps_per_rollout_epoch is None or self.max_steps_per_rollout_epoch >= 1,
+              f"{path}.max_steps_per_rollout_epoch", f"must be >= 1 or null, got {self.max_steps_per_rollout_epoch}")
         for key in ("step_timeout_s", "start_timeout_s"):
             check(getattr(self, key) > 0, f"{path}.{key}", f"must be > 0, got {getattr(self, key)}")
         check(self.envs_per_process >= 1, f"{path}.envs_per_process",

@@ -163,6 +163,9 @@ class PolicyModelConfig:
             joint form) instead of the stochastic step's alone.
         ignore_last: flow_mlp flow_sde: never sample the last denoising step.
         detach_critic_input: flow_mlp: the value head's gradient stops at the state encoder.
+        num_q_heads: sac_mlp: Q heads of the critic ensemble (2 = SAC's twin Q; RLPD: 10).
+        q_head_type: sac_mlp: ``default`` (MLP heads), ``layernorm`` (RLPD's LayerNorm critics) or
+            ``crossq`` (batch renormalisation, no target networks: CrossQ).
     """
 
     action_dim: int | None = rule(None, scope="embodied")
@@ -193,6 +196,8 @@ class PolicyModelConfig:
     joint_logprob: bool = rule(False, scope="embodied")
     ignore_last: bool = rule(False, scope="embodied")
     detach_critic_input: bool = rule(False, scope="embodied")
+    num_q_heads: int = rule(2, scope="offpolicy")
+    q_head_type: Literal["default", "layernorm", "crossq"] = rule("default", scope="offpolicy")
 
     def validate(self, path: str) -> None:
         for key in ("action_dim", "num_action_chunks", "num_images_in_input", "hidden_size", "vocab_size",
@@ -208,6 +213,7 @@ class PolicyModelConfig:
               f"must be > 0, got {self.noise_level}")
         check(self.action_chunk is None or self.action_chunk >= 1, f"{path}.action_chunk",
               f"must be >= 1 or null, got {self.action_chunk}")
+        check(self.num_q_heads >= 1, f"{path}.num_q_heads", f"must be >= 1, got {self.num_q_heads}")
 
 
 @dataclass(frozen=True)
@@ -222,7 +228,7 @@ class ActorModelConfig:
             when actor.megatron.use_hf_ckpt is true.
         model_type: math runs: architecture tag as the reference writes it (qwen2.5, llama ...),
             checked before start against the folder's ``config.json``; embodied runs: the policy
-            (mlp, cnn, openvla, openvla_oft).
+            (mlp, cnn, flow_mlp, openvla, openvla_oft; sac_mlp for the off-policy recipe).
         precision: dtype of the loaded (master) weights. Megatron: dtype of the model weights;
             bf16 / fp16 need the matching actor.optim.bf16 / fp16 (fp32 main weights in the
             optimizer).

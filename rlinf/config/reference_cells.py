@@ -30,7 +30,8 @@ def cell(text: str) -> str:
 
 
 _SCOPE_TAG = {"math": "Math runs only.", "embodied": "Embodied runs only.",
-              "megatron": "Megatron backend only.", "fsdp": "FSDP2 backend only."}
+              "megatron": "Megatron backend only.", "fsdp": "FSDP2 backend only.",
+              "offpolicy": "Off-policy embodied runs only (algorithm.loss_type: embodied_sac)."}
 
 
 def rule_text(f: dataclasses.Field) -> str:

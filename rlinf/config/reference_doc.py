@@ -172,16 +172,22 @@ def _flat_heading(path: str, label: str) -> str:
 
 def document() -> str:
     """The full text of ``docs/config_reference.md``: title, intro, every section of a math run,
-    then the sections only embodied runs have (``env`` and below) and those only tool-agent runs
-    have (``agentloop``)."""
+    then the sections only embodied runs have (``env`` and below), those only tool-agent runs
+    have (``agentloop``) and those of off-policy embodied runs (their ``algorithm`` and ``runner``
+    sections, headed "(off-policy embodied)")."""
     from rlinf.config.agent import ToolAgentConfig
+    from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig
 
     text = render_reference(MathConfig, TITLE, INTRO)
     seen = {heading for heading, _, _ in _sections(MathConfig, "")}
-    for root in (EmbodiedConfig, ToolAgentConfig):
+    classes = {cls for _, _, cls in _sections(MathConfig, "")}
+    for root in (EmbodiedConfig, ToolAgentConfig, OffPolicyEmbodiedConfig):
         for heading, path, cls in _sections(root, ""):
+            if heading in seen and root is OffPolicyEmbodiedConfig and cls not in classes and path:
+                heading = f"{heading} (off-policy embodied)"
             if heading not in seen:
                 seen.add(heading)
+                classes.add(cls)
                 text += ("" if text.endswith("\n\n") else "\n") + "\n".join(_section_text(heading, path, cls))
     return text
 
@@ -223,7 +229,11 @@ def field_docs(cls: type) -> dict[str, str]:
 def _documented(cls: type) -> dict[str, tuple[tuple[str, ...], str]]:
     """Field name -> (the names its Attributes: entry lists, description), every field checked."""
     names = [f.name for f in dataclasses.fields(cls) if f.init]
-    entries = _attribute_entries(cls)
+    entries: dict = {}
+    for klass in reversed(cls.__mro__):  # a subclass section documents what it adds or changes
+        if dataclasses.is_dataclass(klass) and klass is not cls:
+            entries.update({k: v for k, v in _attribute_entries(klass).items() if k in names})
+    entries.update(_attribute_entries(cls))
     where = f"{cls.__qualname__}'s docstring"
     for name in entries:
         if name not in names:

@@ -53,31 +53,40 @@ class SACSettings:
 
     Attributes:
         gamma, tau: discount (used when a batch has no ``discount``), Polyak rate in (0, 1].
-        hidden_sizes: actor and critic hidden widths.
+        hidden_sizes: actor hidden widths (and the critic's unless ``critic_hidden_sizes``).
+        critic_hidden_sizes: each Q head's hidden widths; None = ``hidden_sizes``.
         q_head_type: ``default`` / ``layernorm`` / ``crossq``; num_q_heads: ensemble size.
         critic_subsample_size: target heads drawn per update (RLPD); None = all.
         agg_q: ``min`` or ``mean`` over heads in the actor loss.
+        target_agg_q: ``min`` or ``mean`` over the (drawn) target heads in the critic target.
         backup_entropy: keep ``- alpha log pi'`` in the target (RLPD turns it off).
         critic_actor_ratio: critic updates per actor (and temperature) update.
         actor_lr, critic_lr, alpha_lr: Adam learning rates.
+        adam_betas, adam_eps: the actor's and the critic's Adam moments and epsilon.
         alpha_type, initial_alpha, autotune, target_entropy: ``entropy_tuning.*``; target None =
             ``-action_dim``.
         log_std_min, log_std_max: the actor's log-std range.
-        clip_grad: gradient-norm clip of each optimiser (0 = off).
+        clip_grad: gradient-norm clip of the actor's and the critic's optimiser (0 = off).
+        alpha_clip_grad: gradient-norm clip of the temperature's optimiser (0 = off).
+        target_update_freq: Polyak-update the targets every this many critic updates.
     """
 
     gamma: float = 0.8
     tau: float = 0.01
     hidden_sizes: tuple[int, ...] = (256, 256, 256)
+    critic_hidden_sizes: tuple[int, ...] | None = None
     q_head_type: str = "default"
     num_q_heads: int = 2
     critic_subsample_size: int | None = None
     agg_q: str = "min"
+    target_agg_q: str = "min"
     backup_entropy: bool = True
     critic_actor_ratio: int = 1
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
     alpha_type: str = "exp"
     initial_alpha: float = 1.0
     autotune: bool = True
@@ -85,6 +94,8 @@ class SACSettings:
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     clip_grad: float = 0.0
+    alpha_clip_grad: float = 0.0
+    target_update_freq: int = 1
 
 
 def _alpha_param(initial: float, alpha_type: str) -> torch.Tensor:
@@ -112,15 +123,19 @@ class SACLearner:
             raise ValueError(f"algorithm.tau must be in (0, 1], got {s.tau}")
         if s.critic_actor_ratio < 1:
             raise ValueError(f"algorithm.critic_actor_ratio must be >= 1, got {s.critic_actor_ratio}")
+        if s.target_update_freq < 1:
+            raise ValueError(f"algorithm.target_update_freq must be >= 1, got {s.target_update_freq}")
         self.actor = SquashedGaussianActor(obs_dim, action_dim, s.hidden_sizes, s.log_std_min, s.log_std_max,
                                            action_low, action_high)
-        self.critic = QEnsemble(obs_dim, action_dim, s.hidden_sizes, s.num_q_heads, s.q_head_type)
+        self.critic = QEnsemble(obs_dim, action_dim, s.critic_hidden_sizes or s.hidden_sizes, s.num_q_heads,
+                                s.q_head_type)
         self.crossq = s.q_head_type == "crossq"
         self.target = None if self.crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.alpha_param = _alpha_param(s.initial_alpha, s.alpha_type).requires_grad_(s.autotune)
         self.target_entropy = -float(action_dim) if s.target_entropy is None else float(s.target_entropy)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=s.actor_lr)
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr)
+        adam = {"betas": tuple(s.adam_betas), "eps": s.adam_eps}
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=s.actor_lr, **adam)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr, **adam)
         self.alpha_opt = torch.optim.Adam([self.alpha_param], lr=s.alpha_lr) if s.autotune else None
         self.generator = generator
         self.calls = 0
@@ -129,10 +144,11 @@ class SACLearner:
     def alpha(self) -> torch.Tensor:
         return alpha_value(self.alpha_param.detach(), self.settings.alpha_type)
 
-    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor, params) -> float:
+    def _step(self, opt: torch.optim.Optimizer, loss: torch.Tensor, params, clip: float | None = None) -> float:
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, self.settings.clip_grad or float("inf"))
+        clip = self.settings.clip_grad if clip is None else clip
+        norm = torch.nn.utils.clip_grad_norm_(params, clip or float("inf"))
         opt.step()
         return float(norm)
 
@@ -152,7 +168,7 @@ class SACLearner:
                 next_q = self.target(next_obs, next_act)
         next_q = subsample_heads(next_q, s.critic_subsample_size, self.generator)
         y = sac_critic_target(batch["reward"], batch["terminated"], next_q, next_logp if s.backup_entropy else None,
-                              s.gamma, alpha, batch.get("discount"))
+                              s.gamma, alpha, batch.get("discount"), s.target_agg_q)
         critic_loss = sac_critic_loss(q, y)
         critic_norm = self._step(self.critic_opt, critic_loss, self.critic.parameters())
         metrics = {"critic_loss": float(critic_loss.detach()), "critic_grad_norm": critic_norm,
@@ -171,10 +187,10 @@ class SACLearner:
             metrics.update(actor_loss=float(actor_loss.detach()), entropy=float(-logp.detach().mean()))
             if self.alpha_opt is not None:
                 loss = alpha_loss(self.alpha_param, logp, self.target_entropy, s.alpha_type)
-                self._step(self.alpha_opt, loss, [self.alpha_param])
+                self._step(self.alpha_opt, loss, [self.alpha_param], s.alpha_clip_grad)
         else:
             metrics.update(actor_loss=math.nan, entropy=math.nan)
-        if self.target is not None:
+        if self.target is not None and self.calls % s.target_update_freq == 0:
             soft_update(list(self.target.parameters()), list(self.critic.parameters()), s.tau)
         return metrics
 
@@ -198,3 +214,38 @@ class SACLearner:
         self.critic_opt.load_state_dict(state["critic_opt"])
         if self.alpha_opt is not None:
             self.alpha_opt.load_state_dict(state["alpha_opt"])
+
+
+@dataclass(frozen=True)
+class BufferSettings:
+    """``replay_buffer.*`` / ``demo_buffer.*`` and the batch.
+
+    Attributes:
+        capacity: rows kept. min_buffer_size: rows before the first update.
+        sample_window_size: sample from the newest rows only (None: all).
+        batch_size: rows per update. demo_fraction: share of each batch from the demonstrations.
+        on_damaged_buffer: a resume whose saved buffer cannot be read: ``stop`` (raise) or
+            ``empty`` (start with an empty buffer, said in the metrics).
+    """
+
+    capacity: int = 1_000_000
+    min_buffer_size: int = 1_000
+    sample_window_size: int | None = None
+    batch_size: int = 256
+    demo_fraction: float = 0.5
+    on_damaged_buffer: str = "stop"
+
+    def validate(self) -> None:
+        if self.min_buffer_size > self.capacity:
+            raise ValueError(f"replay_buffer.min_buffer_size ({self.min_buffer_size}) exceeds replay_buffer.capacity "
+                             f"({self.capacity}): learning would never start")
+        if self.batch_size < 1:
+            raise ValueError(f"algorithm.batch_size must be >= 1, got {self.batch_size}")
+        if self.batch_size > self.capacity:
+            raise ValueError(f"the batch ({self.batch_size}) is larger than replay_buffer.capacity ({self.capacity}) "
+                             "can ever hold")
+        if not 0 <= self.demo_fraction < 1:
+            raise ValueError(f"demo_buffer.demo_fraction must be in [0, 1), got {self.demo_fraction}")
+        if self.on_damaged_buffer not in ("stop", "empty"):
+            raise ValueError("replay_buffer.on_damaged_buffer must be 'stop' or 'empty', "
+                             f"got {self.on_damaged_buffer!r}")

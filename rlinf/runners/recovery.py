@@ -66,14 +66,14 @@ def _plain(raw: Any) -> dict:
     return copy.deepcopy(raw) if isinstance(raw, dict) else resolve_hydra(raw)
 
 
-def runner_recovery(raw: dict) -> Recovery:
+def runner_recovery(raw: dict, runner_cls: type | None = None) -> Recovery:
     """:class:`Recovery` of a run whose ``runner:`` section is
-    :class:`~rlinf.config.runner.RunnerConfig` (checkpoints under
-    ``<output_dir>/<experiment_name>/checkpoints``; ``runner.resume_dir`` names one by hand)."""
+    :class:`~rlinf.config.runner.RunnerConfig` (or ``runner_cls``, a subclass of it; checkpoints
+    under ``<output_dir>/<experiment_name>/checkpoints``; ``runner.resume_dir`` names one by hand)."""
     from rlinf.config.runner import RunnerConfig
     from rlinf.utils.typed_config import parse_section
 
-    runner = parse_section(RunnerConfig, raw.get("runner"), "runner")
+    runner = parse_section(runner_cls or RunnerConfig, raw.get("runner"), "runner")
     return Recovery(runner.recover_mode, runner.recover_retries,
                     os.path.join(runner.output_dir, runner.experiment_name, "checkpoints"),
                     explicit_resume=bool(runner.resume_dir))

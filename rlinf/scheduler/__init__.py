@@ -20,6 +20,7 @@ _EXPORTS = {
     "Worker": "rlinf.scheduler.worker",
     "WorkerGroup": "rlinf.scheduler.worker_group",
     "GroupCall": "rlinf.scheduler.group_call",
+    "wait_first": "rlinf.scheduler.group_call",
     "Channel": "rlinf.scheduler.channel",
     "ChannelTimeout": "rlinf.scheduler.channel",
     "TensorLink": "rlinf.scheduler.transfer",

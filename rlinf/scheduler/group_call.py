@@ -49,6 +49,10 @@ class GroupCall:
         ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
         return len(ready) == len(pending)
 
+    def pending_refs(self) -> list:
+        """The Ray object refs (local mode: futures) of the ranks whose answer is not collected."""
+        return [r for k, r in self._refs.items() if k not in self.results_by_rank]
+
     def wait(self, timeout: float | None = None) -> list[Any]:
         """Block until all ranks answer; return their results in rank order.
 
@@ -198,3 +202,27 @@ def _strip_ansi(text: str) -> str:
     import re
 
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def wait_first(calls: list[GroupCall], timeout: float | None = None) -> GroupCall | None:
+    """Block until one of ``calls`` is done (every rank answered, successfully or not) and return
+    it (the first of them in list order when several are); None when ``timeout`` passes first.
+    A driver juggling calls that run side by side (a rollout that keeps going while the actor
+    updates) sleeps here instead of polling."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ready: set = set()
+    while True:
+        for call in calls:
+            if all(r in ready for r in call.pending_refs()) or call.done():
+                return call
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None
+        if any(c._local for c in calls):
+            time.sleep(0.002 if left is None else min(0.002, left))
+            continue
+        import ray
+
+        pending = [r for c in calls for r in c.pending_refs() if r not in ready]
+        got, _ = ray.wait(pending, num_returns=1, timeout=left)
+        ready.update(got)

@@ -201,8 +201,8 @@ def rule(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSI
     """A dataclass field with a rule on top of its type (the house rule: every accepted key has
     its effect, or is refused with the reason).
 
-    - ``scope``: the kind of run that reads the key (``math``, ``embodied``, ``megatron``,
-      ``fsdp``); :func:`check_scopes` refuses a value other than the default in any other run.
+    - ``scope``: the kind of run that reads the key (``math``, ``embodied``, ``offpolicy``,
+      ``megatron``, ``fsdp``); :func:`check_scopes` refuses a value other than the default in any other run.
     - ``only`` + ``reason``: the values that are accepted; any other is refused at parse time
       with ``reason`` (something this runtime cannot do, and what to use instead).
     - ``note``: ``(values, text)``: the value is accepted, but means nothing more under this
@@ -258,7 +258,8 @@ def flat(cls: type, label: str) -> Any:
 #: what each scope says in a refusal
 SCOPE_TEXT = {"math": "read by math runs only", "embodied": "read by embodied runs only",
               "megatron": "read by the Megatron backend only (actor.training_backend: megatron)",
-              "fsdp": "read by the FSDP2 backend only (actor.training_backend: fsdp)"}
+              "fsdp": "read by the FSDP2 backend only (actor.training_backend: fsdp)",
+              "offpolicy": "read by the off-policy embodied recipe only (algorithm.loss_type: embodied_sac)"}
 
 
 #: scopes whose idle keys are noted rather than refused (see :func:`check_scopes`)

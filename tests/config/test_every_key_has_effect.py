@@ -1,7 +1,7 @@
 """Every key the typed config accepts has its effect or is refused (the house rule).
 
-The test walks every field under ``MathConfig``, ``EmbodiedConfig``, ``WebAgentConfig`` and
-``ToolAgentConfig``. A field must be one of:
+The test walks every field under ``MathConfig``, ``EmbodiedConfig``, ``OffPolicyEmbodiedConfig``,
+``WebAgentConfig`` and ``ToolAgentConfig``. A field must be one of:
 
 * scoped to the other kind of run (``rule(scope=...)``): setting it there is refused with the key
   named (task scopes) or named in a start-up note (the idle training backend's keys);
@@ -26,12 +26,13 @@ import pytest
 
 from rlinf.config.agent import ToolAgentConfig
 from rlinf.config.embodied import EmbodiedConfig
+from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig
 from rlinf.config.math import MathConfig
 from rlinf.config.web import WebAgentConfig
 from rlinf.utils.typed_config import ConfigError, field_default
 
 ROOT = Path(__file__).resolve().parents[2]
-TASK_SCOPES = {"math", "embodied"}
+TASK_SCOPES = {"math", "embodied", "offpolicy"}
 
 MATH_BASE = {"cluster": {"num_nodes": 1, "accelerators_per_node": 1,
                          "component_placement": {"actor,rollout": "all"}},
@@ -45,12 +46,19 @@ EMBODIED_BASE = {"cluster": {"num_nodes": 1, "accelerators_per_node": 1,
                          "eval": {"env_type": "toy", "total_num_envs": 4}},
                  "actor": {"model": {"model_type": "mlp", "action_dim": 2, "num_action_chunks": 1},
                            "micro_batch_size": 4, "global_batch_size": 8}}
+OFFPOLICY_BASE = {"cluster": {"num_nodes": 1, "accelerators_per_node": 1,
+                              "component_placement": {"env,rollout,actor": "all"}},
+                  "runner": {"task_type": "embodied"}, "algorithm": {"loss_type": "embodied_sac"},
+                  "env": {"train": {"env_type": "toy", "total_num_envs": 4, "auto_reset": True},
+                          "eval": {"env_type": "toy", "total_num_envs": 4}},
+                  "actor": {"model": {"model_type": "sac_mlp", "action_dim": 2}, "global_batch_size": 8}}
 WEB_BASE = {"save_path": "r", "policy_config": {"base_model": "m"},
             "cluster": {"num_nodes": 1, "accelerators_per_node": 1,
                         "component_placement": {"env": 0, "rollout": 0, "actor": 0}},
             "env_config": {"test_tasks_rollout_size": 2, "test_tasks_repeat_times": 1}}
 TOOL_BASE = {**MATH_BASE, "runner": {"task_type": "tool_agent"}, "tools": {"calculator": {}}}
 ROOTS = {"math": (MathConfig, MATH_BASE), "embodied": (EmbodiedConfig, EMBODIED_BASE),
+         "offpolicy": (OffPolicyEmbodiedConfig, OFFPOLICY_BASE),
          "web": (WebAgentConfig, WEB_BASE), "tool_agent": (ToolAgentConfig, TOOL_BASE)}
 
 #: names several sections share (or that other objects have too): the file that reads each

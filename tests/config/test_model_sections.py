@@ -27,7 +27,8 @@ def test_the_three_sections_share_no_key():
     assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
     # every actor.model key of before the split (54) + the flow policy's 8 (noise_method, noise_level,
     # noise_logvar_range, num_steps, action_chunk, joint_logprob, ignore_last, detach_critic_input)
-    assert len(names[0] | names[1] | names[2]) == 62
+    # + sac_mlp's 2 (num_q_heads, q_head_type)
+    assert len(names[0] | names[1] | names[2]) == 64
 
 
 @pytest.mark.parametrize("raw, key, text", [

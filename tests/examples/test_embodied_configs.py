@@ -1,5 +1,6 @@
 """Every examples/embodiment config composes with Hydra (env groups from config/env/ through the
-search path) and parses into a valid EmbodiedConfig that fits its placement; the VLA configs' tiny
+search path) and parses into a valid EmbodiedConfig (OffPolicyEmbodiedConfig for the SAC / CrossQ /
+RLPD configs) that fits its placement; the VLA configs' tiny
 CPU variants differ from their GPU configs only in scale and run end to end."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ray.cloudpickle
 from hydra import compose, initialize_config_dir
 
 from rlinf.config.embodied import EmbodiedConfig
+from rlinf.config.embodied_offpolicy import embodied_config_class
 from rlinf.config.resolvers import register_resolvers
 from rlinf.utils.metric_logger import read_metrics
 from rlinf.utils.typed_config import ConfigError, walk_fields
@@ -32,7 +34,8 @@ def load(name: str, overrides=()) -> EmbodiedConfig:
     os.environ.setdefault("REPO_PATH", str(ROOT))
     register_resolvers()
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        return EmbodiedConfig.from_hydra(compose(name, overrides=list(overrides)))
+        composed = compose(name, overrides=list(overrides))
+        return embodied_config_class(composed).from_hydra(composed)
 
 
 @pytest.mark.parametrize("name", NAMES)

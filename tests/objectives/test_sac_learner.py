@@ -70,6 +70,18 @@ def test_critic_actor_ratio_updates_the_actor_every_kth_call():
     assert updated == [False, False, True, False, False, True]
 
 
+def test_targets_follow_every_kth_critic_step_and_the_critic_has_its_own_widths():
+    learner = SACLearner(2, 1, SACSettings(hidden_sizes=(8,), critic_hidden_sizes=(6, 5), target_update_freq=2,
+                                           tau=1.0))
+    assert [m.out_features for m in learner.critic.heads[0] if isinstance(m, torch.nn.Linear)] == [6, 5, 1]
+    g = torch.Generator().manual_seed(0)
+    same = []
+    for _ in range(4):
+        learner.update(_bandit_batch(g, 8))
+        same.append(all(torch.equal(a, b) for a, b in zip(learner.critic.parameters(), learner.target.parameters())))
+    assert same == [False, True, False, True]  # tau 1: a target update copies the critic
+
+
 def test_resume_continues_with_the_same_numbers():
     def make():
         return SACLearner(2, 1, SACSettings(hidden_sizes=(8,)), generator=torch.Generator().manual_seed(5))
@@ -95,3 +107,5 @@ def test_bad_settings_name_the_key():
         SACLearner(2, 1, SACSettings(initial_alpha=0.0))
     with pytest.raises(ValueError, match="critic_actor_ratio"):
         SACLearner(2, 1, SACSettings(critic_actor_ratio=0))
+    with pytest.raises(ValueError, match="target_update_freq"):
+        SACLearner(2, 1, SACSettings(target_update_freq=0))

@@ -13,6 +13,21 @@ Keys read per ``actor.model.model_type``:
   256), critic_hidden_sizes, and the πRL keys noise_method, noise_level, noise_logvar_range,
   num_steps, joint_logprob, ignore_last, detach_critic_input (refused for every other type);
   value_type chunk_level; model_path: a folder its ``save_pretrained`` wrote.
+* ``sac_mlp`` (state observations; the off-policy recipe: SAC / CrossQ / RLPD): action_dim,
+  num_action_chunks (1), policy_hidden_sizes (the tanh-Gaussian actor, default 256 x 3),
+  critic_hidden_sizes (each Q head, default policy_hidden_sizes), num_q_heads, q_head_type
+  (``default``; ``crossq``: batch-renormalised heads without targets; ``layernorm``: RLPD's).
+  :func:`build_policy` gives the acting side (:class:`~rlinf.models.embodied.sac_policy.SACActorPolicy`);
+  :func:`sac_network_sizes` the sizes the learner builds its actor and Q ensemble with. Its
+  weights start random (model_path is refused: resume a run with runner.resume_dir).
+* ``openvla`` / ``openvla_oft``: model_path (a real OpenVLA / OpenVLA-OFT folder, see
+  :mod:`rlinf.models.embodied.openvla`; required), action_dim (default 7), num_action_chunks
+  (default 1), precision, attn_implementation, unnorm_key, value_type, add_value_head,
+  center_crop, num_images_in_input, use_proprio (the env's state feeds OFT's proprio token),
+  do_sample, gradient_checkpointing, is_lora, lora_rank (with lora_path: must equal the
+  adapter's ``r``), lora_path; image_size, hidden_size and
+  vocab_size (the tokenizer's vocabulary as seed 003 writes it, e.g. 32000, or the padded LM
+  size), when set, must match the folder.
 * ``openvla`` / ``openvla_oft``: model_path (a real OpenVLA / OpenVLA-OFT folder, see
   :mod:`rlinf.models.embodied.openvla`; required), action_dim (default 7), num_action_chunks
   (default 1), precision, attn_implementation, unnorm_key, value_type, add_value_head,
@@ -46,7 +61,7 @@ from rlinf.models.embodied.base import EmbodiedPolicy, ObsSpec, check_value_type
 from rlinf.utils.typed_config import ConfigError, field_default, parse_section
 
 PATH = "actor.model"
-MODEL_TYPES = ("mlp", "cnn", "flow_mlp", "openvla", "openvla_oft")
+MODEL_TYPES = ("mlp", "cnn", "flow_mlp", "sac_mlp", "openvla", "openvla_oft")
 
 #: πRL keys only flow_mlp reads (refused elsewhere)
 FLOW_KEYS = ("noise_method", "noise_level", "noise_logvar_range", "num_steps", "action_chunk", "joint_logprob",
@@ -103,6 +118,8 @@ def build_policy(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsS
     _no_flow_keys(cfg, model_type)
     if model_type == "mlp":
         return _build_mlp(cfg, obs_spec)
+    if model_type == "sac_mlp":
+        return _build_sac_mlp(cfg, obs_spec)
     if model_type == "cnn":
         return _build_cnn(cfg, obs_spec)
     if model_type in ("openvla", "openvla_oft"):
@@ -222,6 +239,49 @@ def _build_mlp(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
         action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))
     policy = _load_or_build(MLPPolicy, config, cfg.model_path)
     policy.do_sample = cfg.policy.do_sample
+    return policy
+
+
+def sac_network_sizes(model_cfg: ActorModelConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """What the SAC learner builds for ``sac_mlp``: ``hidden_sizes`` (actor), ``critic_hidden_sizes``
+    (each Q head), ``num_q_heads`` and ``q_head_type``.
+
+    >>> sac_network_sizes({"model_type": "sac_mlp", "action_dim": 2, "policy_hidden_sizes": [8],
+    ...                    "num_q_heads": 10, "q_head_type": "layernorm"})
+    {'hidden_sizes': (8,), 'critic_hidden_sizes': (8,), 'num_q_heads': 10, 'q_head_type': 'layernorm'}
+    """
+    cfg = model_cfg if isinstance(model_cfg, ActorModelConfig) else parse_section(ActorModelConfig, model_cfg, PATH)
+    p = cfg.policy
+    hidden = tuple(p.policy_hidden_sizes or (256, 256, 256))
+    return {"hidden_sizes": hidden, "critic_hidden_sizes": tuple(p.critic_hidden_sizes or hidden),
+            "num_q_heads": p.num_q_heads, "q_head_type": p.q_head_type}
+
+
+def _build_sac_mlp(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
+    from rlinf.models.embodied.sac_policy import SACActorPolicy
+
+    _no_lora(cfg, "sac_mlp")
+    p = cfg.policy
+    action_dim = _require(p.action_dim, "action_dim", "model_type sac_mlp")
+    if obs.state_dim < 1:
+        raise ConfigError(f"{PATH}.model_type", "sac_mlp needs state observations (obs_spec.state_dim >= 1)")
+    if (p.num_action_chunks or 1) != 1:
+        raise ConfigError(f"{PATH}.num_action_chunks", f"{p.num_action_chunks}: a SAC actor takes one action per "
+                          "step; set 1")
+    if cfg.model_path is not None:
+        raise ConfigError(f"{PATH}.model_path", "sac_mlp starts from random weights (a run resumes from its "
+                          "checkpoint with runner.resume_dir); remove it")
+    for key in ("init_log_std", "value_type", "shared_critic_encoder", "use_proprio", "unnorm_key", "center_crop",
+                "hidden_size", "image_size", "vocab_size"):
+        default = field_default(next(f for f in dataclasses.fields(PolicyModelConfig) if f.name == key))
+        if getattr(p, key) != default:
+            raise ConfigError(f"{PATH}.{key}", "sac_mlp does not read it (its log-std is learned within [-5, 2], "
+                              "its critic is the Q ensemble); remove it")
+    low, high = obs.bounds(action_dim)
+    sizes = sac_network_sizes(cfg)
+    policy = SACActorPolicy(obs.state_dim, action_dim, hidden_sizes=sizes["hidden_sizes"], action_low=low,
+                            action_high=high)
+    policy.do_sample = p.do_sample
     return policy
 
 

@@ -24,8 +24,9 @@ class EmbodiedStart(RunStart):
     obs_specs: dict[str, Any] | None = None
 
 
-def prepare_embodied(raw: Any) -> EmbodiedStart:
-    """All checks of an embodied run before Ray (see the module docstring).
+def prepare_embodied(raw: Any, config_cls: type[EmbodiedConfig] = EmbodiedConfig) -> EmbodiedStart:
+    """All checks of an embodied run before Ray (see the module docstring); ``config_cls`` is
+    the root config to parse (the off-policy recipe passes its own).
 
     Raises:
         ConfigError: the first problem found, naming its key.
@@ -34,7 +35,7 @@ def prepare_embodied(raw: Any) -> EmbodiedStart:
     from rlinf.runners.embodied.sim_probe import probe_obs_spec
     from rlinf.scheduler.cluster import check_cluster_before_start
 
-    cfg = EmbodiedConfig.load(raw)
+    cfg = config_cls.load(raw)
     model = cfg.actor.model
     if (model.model_type or "").lower() not in MODEL_TYPES:  # before any simulator import
         raise ConfigError("actor.model.model_type", f"embodied policies are {', '.join(MODEL_TYPES)}; "

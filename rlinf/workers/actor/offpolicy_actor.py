@@ -1,13 +1,19 @@
 """The off-policy actor worker: the replay buffer (and a demonstration buffer) next to a
 :class:`~rlinf.objectives.sac.SACLearner`, so sampled batches never cross a process boundary.
 
-Transitions arrive with :meth:`OffPolicyActorWorker.add_transitions` (the rollout side folds its
-steps with :class:`~rlinf.data.replay_buffer.NStepAccumulator` first); :meth:`update` runs
-``num_updates`` learner updates on batches of ``batch_size`` (half from the demonstrations when
-there are some: RLPD's symmetric sampling), once the buffer holds ``min_buffer_size`` rows;
-:meth:`policy_state` / :meth:`send_weights` hand the actor's weights to the rollout side.
-Checkpoints hold the learner (networks, targets, temperature, optimisers), the RNG and the
-buffer itself (atomic, bounded by its capacity), so a resume continues with the same data.
+Transitions arrive over the run's channel (:meth:`OffPolicyActorWorker.ingest`: one item per
+rollout segment of each rollout worker, folded to n-step by the rollout side with
+:class:`~rlinf.data.replay_buffer.NStepAccumulator`), or directly with :meth:`add_transitions`.
+:meth:`update` runs ``num_updates`` learner updates on batches of ``batch_size`` (half from the
+demonstrations when there are some: RLPD's symmetric sampling), once the buffer holds
+``min_buffer_size`` rows; :meth:`train_step` is ingest + update (+ in async mode the weight push).
+The actor's weights reach the rollout side by the tensor link (:meth:`send_weights`, sync mode)
+or by the channel (:meth:`push_weights`, async mode: the rollout workers pick them up between
+policy steps). Each training step that updates makes a new policy *version*; weights travel with
+their version and each transition carries the version that acted, so the staleness of what is
+learned from (versions behind the learner when it is taken in) is measured here.
+Checkpoints hold the learner (networks, targets, temperature, optimisers), the RNG, the counters
+and the buffer itself (atomic, bounded by its capacity), so a resume continues with the same data.
 
 One rank (the learner is small; the simulation is the cost on a CPU).
 
@@ -22,48 +28,22 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+import time
+from typing import Any
 
 import torch
 
 from rlinf.data.replay_buffer import ReplayBuffer, sample_mixed, transition_spec
-from rlinf.objectives.sac import SACLearner, SACSettings
+from rlinf.objectives.sac import BufferSettings, SACLearner, SACSettings
 from rlinf.scheduler import Worker
 
 #: The tensor link the actor sends the policy's weights on (the same name as the PPO actor's).
 POLICY_LINK = "actor_to_rollout_policy"
 
 
-@dataclass(frozen=True)
-class BufferSettings:
-    """``replay_buffer.*`` / ``demo_buffer.*`` and the batch.
-
-    Attributes:
-        capacity: rows kept. min_buffer_size: rows before the first update.
-        sample_window_size: sample from the newest rows only (None: all).
-        batch_size: rows per update. demo_fraction: share of each batch from the demonstrations.
-        on_damaged_buffer: a resume whose saved buffer cannot be read: ``stop`` (raise) or
-            ``empty`` (start with an empty buffer, said in the metrics).
-    """
-
-    capacity: int = 1_000_000
-    min_buffer_size: int = 1_000
-    sample_window_size: int | None = None
-    batch_size: int = 256
-    demo_fraction: float = 0.5
-    on_damaged_buffer: str = "stop"
-
-    def validate(self) -> None:
-        if self.min_buffer_size > self.capacity:
-            raise ValueError(f"replay_buffer.min_buffer_size ({self.min_buffer_size}) exceeds replay_buffer.capacity "
-                             f"({self.capacity}): learning would never start")
-        if self.batch_size < 1:
-            raise ValueError(f"algorithm.batch_size must be >= 1, got {self.batch_size}")
-        if not 0 <= self.demo_fraction < 1:
-            raise ValueError(f"demo_buffer.demo_fraction must be in [0, 1), got {self.demo_fraction}")
-        if self.on_damaged_buffer not in ("stop", "empty"):
-            raise ValueError("replay_buffer.on_damaged_buffer must be 'stop' or 'empty', "
-                             f"got {self.on_damaged_buffer!r}")
+def weights_key(rollout_rank: int) -> str:
+    """The channel key on which rollout rank ``rollout_rank`` finds pushed weights (async mode)."""
+    return f"weights/{rollout_rank}"
 
 
 class OffPolicyActorWorker(Worker):
@@ -76,11 +56,24 @@ class OffPolicyActorWorker(Worker):
         action_low, action_high: the env's action bounds.
         seed: seeds the networks, the sampling and the actor's noise.
         demos: demonstration transitions (the fields of ``transition_spec``), or None.
+        channel: the run's channel (transitions in, pushed weights out), or None.
+        queue: the channel key transitions arrive on (``actor.channel.queue_name``).
+        rollout_world_size: rollout workers a weight push goes to.
+        bootstrap_always: ``algorithm.bootstrap_type: always``: every transition bootstraps, a
+            termination too (ManiSkill's ``bootstrap_at_done: always``).
     """
 
     def __init__(self, obs_dim: int, action_dim: int, settings: SACSettings, buffer: BufferSettings,
-                 action_low=None, action_high=None, seed: int = 0, demos: dict[str, torch.Tensor] | None = None):
+                 action_low=None, action_high=None, seed: int = 0, demos: dict[str, torch.Tensor] | None = None,
+                 channel: Any = None, queue: str = "replay_buffer", rollout_world_size: int = 1,
+                 bootstrap_always: bool = False):
         buffer.validate()
+        self.channel, self.queue, self.rollout_world_size = channel, queue, rollout_world_size
+        self.bootstrap_always = bootstrap_always
+        self.version = 0        # training steps that updated: the learner's policy version
+        self.received = 0       # transitions ingested from the channel (or added)
+        self.env_steps = 0      # env steps those transitions came from
+        self._stale: list[torch.Tensor] = []  # versions behind of the rows ingested since the last report
         torch.manual_seed(seed)
         self.settings, self.buffer_settings = settings, buffer
         self.generator = torch.Generator().manual_seed(seed + 1)
@@ -100,8 +93,67 @@ class OffPolicyActorWorker(Worker):
     # ---- data and updates -----------------------------------------------------------------------
     def add_transitions(self, rows: dict[str, torch.Tensor]) -> int:
         """Append transitions; returns the rows the buffer holds."""
+        rows = dict(rows)
+        if self.bootstrap_always:
+            rows["terminated"] = torch.zeros_like(rows["terminated"])
         self.buffer.add(rows)
+        self.received += int(rows["reward"].shape[0])
         return len(self.buffer)
+
+    def ingest(self, items: int = 0, min_rows: int = 0, timeout: float | None = None) -> int:
+        """Take transitions from the channel into the buffer: at least ``items`` items, then
+        (waiting) until ``min_rows`` transitions have been received in all, then whatever else is
+        already queued. Each item is one rollout segment of one rollout worker: ``rows`` (the
+        transition fields), ``versions`` (the policy version that acted, per row) and
+        ``env_steps``. Returns the items taken."""
+        if self.channel is None:
+            return 0
+        taken = 0
+        while taken < items or self.received < min_rows:
+            self._absorb(self.channel.get(key=self.queue, timeout=timeout))
+            taken += 1
+        while self.channel.qsize(self.queue) > 0:
+            self._absorb(self.channel.get(key=self.queue, timeout=timeout))
+            taken += 1
+        return taken
+
+    def _absorb(self, item: dict) -> None:
+        rows = {k: v.clone() for k, v in item["rows"].items()}  # channel tensors are shared memory
+        if int(rows["reward"].shape[0]):
+            self.add_transitions(rows)
+            self._stale.append((self.version - item["versions"]).float())
+        self.env_steps += int(item["env_steps"])
+
+    def train_step(self, num_updates: int, items: int = 0, min_rows: int = 0, push_every: int = 0,
+                   steps_done: int = 0) -> dict[str, float]:
+        """One training step of the off-policy loop: :meth:`ingest` (``items`` / ``min_rows`` as
+        there), then :meth:`update` with ``num_updates``; with ``push_every`` > 0 (async mode),
+        :meth:`push_weights` when this is training step number ``steps_done + 1`` and that is a
+        multiple of ``push_every``. Returns the update's metrics plus the ingest's (transitions
+        received, the staleness of the rows taken, the update-to-data ratio, timings)."""
+        t0 = time.perf_counter()
+        taken = self.ingest(items, min_rows)
+        t1 = time.perf_counter()
+        metrics = self.update(num_updates)
+        t2 = time.perf_counter()
+        if metrics["actor/updates"] > 0:
+            self.version += 1
+            if push_every > 0 and (steps_done + 1) % push_every == 0:
+                self.push_weights()
+        stale = torch.cat(self._stale) if self._stale else torch.zeros(0)
+        self._stale = []
+        metrics.update({
+            "replay/items": float(taken), "replay/received": float(self.received),
+            "replay/env_steps": float(self.env_steps),
+            "replay/utd": self.updates / max(self.received, 1),
+            "rollout/staleness": float(stale.mean()) if stale.numel() else 0.0,
+            "rollout/staleness_max": float(stale.max()) if stale.numel() else 0.0,
+            "actor/version": float(self.version),
+            "time/ingest": t1 - t0, "time/update": t2 - t1,
+            "throughput/updates_per_s": metrics["actor/updates"] / max(t2 - t1, 1e-9)})
+        if self.buffer_note:
+            metrics["buffer/resumed_empty"] = 1.0
+        return metrics
 
     def update(self, num_updates: int) -> dict[str, float]:
         """``num_updates`` learner updates (none before ``min_buffer_size`` rows); the metrics'
@@ -131,12 +183,43 @@ class OffPolicyActorWorker(Worker):
         """Send :meth:`policy_state` over the policy link; returns the bytes sent."""
         return self.send_tensors(POLICY_LINK, self.policy_state())
 
+    def push_weights(self) -> int:
+        """Put :meth:`policy_state` and its version on the channel for every rollout worker (async
+        mode: nobody waits for it); returns the version."""
+        state = self.policy_state()
+        for rank in range(self.rollout_world_size):
+            self.channel.put({"version": self.version, "state": state}, key=weights_key(rank))
+        return self.version
+
+    def counters(self) -> dict[str, Any]:
+        """The worker's counters and the buffer's size (for the driver's start-up line and resume)."""
+        per_row = sum(math.prod(shape) or 1 for shape, _ in self.buffer.spec.values())
+        return {"version": self.version, "received": self.received, "env_steps": self.env_steps,
+                "updates": self.updates, "capacity": self.buffer.capacity, "row_floats": per_row,
+                "memory_mb": self.buffer.memory_bytes / 2**20, "size": len(self.buffer),
+                "demos": 0 if self.demos is None else len(self.demos)}
+
+    def save_policy(self, path: str) -> str:
+        """The actor's weights (``sac_actor.pt``, the names :class:`~rlinf.models.embodied.sac_policy.
+        SACActorPolicy` loads) and its sizes (``sac_actor.json``) in folder ``path``."""
+        import json
+
+        os.makedirs(path, exist_ok=True)
+        torch.save(self.policy_state(), os.path.join(path, "sac_actor.pt"))
+        actor = self.learner.actor
+        with open(os.path.join(path, "sac_actor.json"), "w") as f:
+            json.dump({"state_dim": actor.net[0].in_features, "action_dim": int(actor.scale.shape[0]),
+                       "hidden_sizes": list(self.settings.hidden_sizes), "log_std_min": actor.log_std_min,
+                       "log_std_max": actor.log_std_max}, f)
+        return path
+
     # ---- checkpoints --------------------------------------------------------------------------------
     def save_checkpoint(self, path: str) -> None:
         """Learner state, RNG and counters (``learner.pt``) and the buffer (``replay_buffer.pt``)."""
         os.makedirs(path, exist_ok=True)
         torch.save({"learner": self.learner.state_dict(), "generator": self.generator.get_state(),
-                    "torch": torch.get_rng_state(), "updates": self.updates}, os.path.join(path, "learner.pt"))
+                    "torch": torch.get_rng_state(), "updates": self.updates, "version": self.version,
+                    "received": self.received, "env_steps": self.env_steps}, os.path.join(path, "learner.pt"))
         self.buffer.save(os.path.join(path, "replay_buffer.pt"))
 
     def load_checkpoint(self, path: str) -> None:
@@ -147,6 +230,9 @@ class OffPolicyActorWorker(Worker):
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch"])
         self.updates = int(state["updates"])
+        self.version = int(state.get("version", 0))
+        self.received = int(state.get("received", 0))
+        self.env_steps = int(state.get("env_steps", 0))
         try:
             self.buffer.load(os.path.join(path, "replay_buffer.pt"))
         except (ValueError, FileNotFoundError) as exc:

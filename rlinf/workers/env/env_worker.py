@@ -8,6 +8,11 @@ actions — the env / policy pipeline. The messages travel over a direct pipe to
 (:data:`ENV_POLICY_PIPE`, one TCP connection per env worker; see :mod:`rlinf.scheduler.pipe`): a
 round trip costs tens of microseconds, so the pipeline is bound by the simulator and the policy,
 not by messaging. A failure on either side is sent through the pipe, so the partner raises at once.
+
+Every message after a chunk carries ``final_states``: the state observation in which each episode
+that ended during the chunk ended, so off-policy transitions ``(s, a, r, s')`` stay exact across
+auto-resets. ``run(..., reset=False)`` continues the live episodes of the previous rollout of that
+split instead of resetting (off-policy collection in short segments; needs ``auto_reset``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class EnvWorker(Worker):
         self.cfg, self.stages, self.num_action_chunks = cfg, stages, num_action_chunks
         self._envs: dict[str, list[VectorEnv]] = {}
         self._pending: dict[str, Future] = {}
+        self._live: dict[str, dict[int, EnvObs]] = {}  # split -> stage -> observations to act on next
         self._background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sim-build")
         self._built = 0
 
@@ -96,32 +102,40 @@ class EnvWorker(Worker):
         return obs_spec_of(env, env.reset(seed=0))
 
     def run(self, split: str, tag: str, num_steps: int, seed: int,
-            video_name: str | None = None) -> EpisodeStats:
+            video_name: str | None = None, reset: bool = True) -> EpisodeStats:
         """Serve one rollout of ``num_steps`` policy steps; returns the finished episodes.
 
-        Every stage is reset with ``seed`` (+ stage) first; with ``video_name`` the first stage's
-        environments are recorded (``env.<split>.video_cfg``) to ``<video_base_dir>/<name>.mp4``.
-        The rollout worker at the other end of this worker's pipe runs ``PolicyRolloutWorker.run``
-        with the same ``tag`` and ``num_steps``.
+        Every stage is reset with ``seed`` (+ stage) first; with ``reset=False`` the environments
+        go on from where the previous rollout of ``split`` left them (its last observations are
+        sent first; the first rollout still resets), so episodes run across rollouts (needs
+        ``auto_reset``). With ``video_name`` the first stage's environments are recorded
+        (``env.<split>.video_cfg``) to ``<video_base_dir>/<name>.mp4``. The rollout worker at the
+        other end of this worker's pipe serves the same ``tag`` and ``num_steps``.
         """
         (pipe,) = self.pipes(ENV_POLICY_PIPE).values()
         try:
-            return self._serve(pipe, split, tag, num_steps, seed, video_name)
+            if not reset and not self._split_cfg(split).auto_reset:
+                raise ValueError(f"env.{split}.auto_reset is false: a rollout that continues the previous one "
+                                 "needs auto-reset environments")
+            return self._serve(pipe, split, tag, num_steps, seed, video_name, reset)
         except BaseException as exc:
             pipe.send_error(f"env worker {self.rank} ({split}): "
                             + "".join(traceback.format_exception_only(type(exc), exc)).strip())
             raise
 
     def _serve(self, pipe, split: str, tag: str, num_steps: int, seed: int,
-               video_name: str | None) -> EpisodeStats:
+               video_name: str | None, reset: bool = True) -> EpisodeStats:
         envs, cfg = self.envs(split), self._split_cfg(split)
         stats = EpisodeStats()
         recorder = None
         if video_name is not None and cfg.video_cfg.save_video:
             recorder = VideoRecorder(cfg.video_cfg.video_base_dir, fps=cfg.video_cfg.fps,
                                      info_on_video=cfg.video_cfg.info_on_video)
+        live = self._live.pop(split, {})
         for s, env in enumerate(envs):
-            obs = env.reset(seed=seed * 1000 + self.rank * self.stages + s)
+            obs = live.get(s) if not reset else None
+            if obs is None:
+                obs = env.reset(seed=seed * 1000 + self.rank * self.stages + s)
             if recorder is not None and s == 0:
                 recorder.add(env.render())
             pipe.send(ObsMessage(obs=obs, reset_state_ids=torch.as_tensor(env.reset_state_ids)),
@@ -144,19 +158,23 @@ class EnvWorker(Worker):
                 run = _ChunkRun(env, s, self.num_action_chunks, finished[s], stats, recorder if s == 0 else None)
                 run.start(actions)
                 if pending is not None:
-                    self._finish(pending, pipe, tag)
+                    self._finish(pending, pipe, tag, live)
                 pending = run
                 if not overlap:
-                    self._finish(pending, pipe, tag)
+                    self._finish(pending, pipe, tag, live)
                     pending = None
         if pending is not None:
-            self._finish(pending, pipe, tag)
+            self._finish(pending, pipe, tag, live)
         if recorder is not None and len(recorder):
             recorder.save(f"{video_name}_rank{self.rank}")
+        if cfg.auto_reset and len(live) == len(envs):  # a later run(reset=False) goes on from here
+            self._live[split] = live
         return stats
 
-    def _finish(self, run: _ChunkRun, pipe, tag: str) -> None:
-        pipe.send(run.finish(), key=obs_key(tag, self.rank, run.stage))
+    def _finish(self, run: _ChunkRun, pipe, tag: str, live: dict[int, EnvObs]) -> None:
+        msg = run.finish()
+        live[run.stage] = msg.obs
+        pipe.send(msg, key=obs_key(tag, self.rank, run.stage))
 
     def offload(self) -> None:
         """``env.enable_offload``: release every simulator (GPU simulation buffers and renderers,
@@ -165,6 +183,7 @@ class EnvWorker(Worker):
         self.close()
 
     def close(self) -> None:
+        self._live = {}
         pending, self._pending = list(self._pending.values()), {}
         for future in pending:  # simulators still starting: wait for them, then close them too
             try:
@@ -219,6 +238,7 @@ class _ChunkRun:
         self.terminated = torch.zeros(n, dtype=torch.bool)
         self.truncated = torch.zeros(n, dtype=torch.bool)
         self.final: EnvObs | None = None
+        self.final_states: torch.Tensor | None = None  # where each episode ended in this chunk (rows: done)
         self.chunk_step = 0  # the action of the chunk the next result belongs to
 
     def start(self, actions: torch.Tensor) -> None:
@@ -231,7 +251,7 @@ class _ChunkRun:
         self._absorb(res)
         return ObsMessage(obs=res.obs, rewards=self.rewards, dones=self.done, terminations=self.terminated,
                           final_obs=self.final, truncated=self.truncated,
-                          reset_state_ids=torch.as_tensor(self.env.reset_state_ids))
+                          reset_state_ids=torch.as_tensor(self.env.reset_state_ids), final_states=self.final_states)
 
     def _absorb(self, res) -> None:
         live = ~self.done & ~self.over
@@ -242,9 +262,15 @@ class _ChunkRun:
             ids = torch.nonzero(ended).view(-1)
             self.stats.add(info["episode_return"].cpu()[ids], info["episode_length"].cpu()[ids],
                            info["success_once"].cpu()[ids])
+            last = res.final_obs if res.final_obs is not None else res.obs
+            if last.states is not None:  # every end, terminated or cut: the off-policy s'
+                states = last.states.cpu()
+                if self.final_states is None:
+                    self.final_states = states.clone()
+                else:
+                    self.final_states[ended] = states[ended]
             cut = ended & ~res.terminations.cpu()
             if bool(cut.any()):
-                last = res.final_obs if res.final_obs is not None else res.obs
                 self.final = last.clone() if self.final is None else _merge_rows(self.final, last, cut)
                 self.truncated |= cut
         self.terminated |= res.terminations.cpu() & live

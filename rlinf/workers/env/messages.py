@@ -27,6 +27,11 @@ class ObsMessage:
             other environments are filler), or None when no episode was cut.
         truncated: ``[n]`` which rows of ``final_obs`` are real.
         reset_state_ids: ``[n]`` initial states of the current episodes.
+        final_states: ``[n, D]`` state observation in which every episode that ended during the
+            chunk ended (terminated or cut by the time limit; rows where ``dones``; other rows are
+            filler), or None when no episode ended or the env gives no states. With auto-reset,
+            ``obs`` already holds the next episode's first observation, so an off-policy
+            transition's ``s'`` is this row (exact across resets).
     """
 
     obs: EnvObs
@@ -36,6 +41,7 @@ class ObsMessage:
     final_obs: EnvObs | None = None
     truncated: torch.Tensor | None = None
     reset_state_ids: torch.Tensor | None = None
+    final_states: torch.Tensor | None = None
 
 
 @dataclass

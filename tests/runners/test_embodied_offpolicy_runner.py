@@ -1,0 +1,201 @@
+"""The off-policy recipe (SAC, CrossQ, RLPD) end to end under real Ray with the toy simulator:
+two training steps in sync and in async mode, RLPD with a tiny demonstration file in ManiSkill's
+format, CrossQ, a resume that continues with the saved buffer, and the bad inputs as one line and
+exit code 2 through the entry point, before Ray."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray.cloudpickle
+
+from rlinf.utils.metric_logger import read_metrics
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVS, T, UPDATES = 4, 3, 4  # train envs, policy steps per collection, updates per training step
+
+
+def sac_config(tmp_path, mode: str = "sync", **algorithm) -> dict:
+    env = {"env_type": "toy", "total_num_envs": ENVS, "max_episode_steps": 5, "auto_reset": True}
+    out = str(tmp_path / "out")
+    return {
+        "cluster": {"num_nodes": 1, "accelerators_per_node": 2,
+                    "component_placement": {"env": "0", "rollout": "1", "actor": "1"}},
+        "runner": {"task_type": "embodied", "max_steps": 2, "val_check_interval": 2, "save_interval": -1,
+                   "output_dir": out, "experiment_name": "t", "logger": {"log_path": out + "/t"},
+                   "rollout_mode": mode, "plot_curves": False},
+        "algorithm": {"loss_type": "embodied_sac", "update_epoch": UPDATES, "gamma": 0.9,
+                      "replay_buffer": {"capacity": 500, "min_buffer_size": 8}, **algorithm},
+        "env": {"train": {**env, "max_steps_per_rollout_epoch": T}, "eval": {**env, "auto_reset": False}},
+        "actor": {"model": {"model_type": "sac_mlp", "action_dim": 2, "policy_hidden_sizes": [16, 16]},
+                  "global_batch_size": 8},
+    }
+
+
+def _metrics(folder) -> dict[int, dict]:
+    out: dict[int, dict] = {}
+    for m in read_metrics(str(folder / "out" / "t" / "metrics.jsonl")):
+        out.setdefault(int(m["step"]), {}).update(m)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sync_run(ray_cluster, tmp_path_factory):
+    """``(summary, folder, start-up lines)`` of one synchronous SAC run of 2 steps, checkpointed at
+    step 2 (shared by the tests reading it and the resume test)."""
+    from rlinf.runners.embodied_offpolicy.recipe import run_offpolicy
+
+    folder = tmp_path_factory.mktemp("sac_sync")
+    cfg = sac_config(folder, uniform_warmup=True)
+    cfg["runner"]["save_interval"] = 2
+    lines: list[str] = []
+    return run_offpolicy(cfg, print_fn=lambda *a: lines.append(" ".join(map(str, a)))), folder, lines
+
+
+def test_sync_sac_collects_then_updates_and_saves_the_buffer(sync_run):
+    summary, folder, lines = sync_run
+    assert summary["steps"] == 2 and 0 <= summary["val/last_success_rate"] <= 1
+    metrics = _metrics(folder)
+    assert sorted(metrics) == [0, 1, 2] and "eval/success_rate" in metrics[0] and "eval/success_rate" in metrics[2]
+    for step in (1, 2):
+        m = metrics[step]
+        assert m["buffer/size"] == step * T * ENVS  # every env step is one transition (n_step 1)
+        assert m["actor/updates"] == UPDATES and m["rollout/staleness"] == 0.0  # sync: never behind
+        for key in ("actor/critic_loss", "actor/q_mean", "actor/alpha", "actor/entropy", "buffer/memory_mb",
+                    "throughput/env_steps_per_s", "throughput/updates_per_s", "replay/utd"):
+            assert np.isfinite(m[key]), key
+    assert metrics[2]["throughput/env_steps_total"] == 2 * T * ENVS
+    assert any(line.startswith("[rlinf] replay buffer: 500 transitions") and "MiB preallocated" in line
+               for line in lines), lines
+    saved = folder / "out" / "t" / "checkpoints" / "global_step_2" / "actor"
+    assert (saved / "replay_buffer.pt").is_file() and (saved / "learner.pt").is_file()
+    assert (folder / "out" / "t" / "policy" / "sac_actor.pt").is_file()
+
+
+def test_a_resume_continues_with_the_saved_buffer(sync_run, tmp_path):
+    from rlinf.runners.embodied_offpolicy.recipe import run_offpolicy
+
+    _, folder, _ = sync_run
+    cfg = sac_config(tmp_path, uniform_warmup=True)
+    cfg["runner"].update(max_steps=3, val_check_interval=-1,
+                         resume_dir=str(folder / "out" / "t" / "checkpoints" / "global_step_2"))
+    assert run_offpolicy(cfg, print_fn=lambda *_: None)["steps"] == 3
+    (step3,) = [m for m in read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl")) if m["step"] == 3]
+    assert step3["buffer/size"] == 3 * T * ENVS           # the saved 2 collections + this one
+    assert step3["actor/total_updates"] == 3 * UPDATES
+    assert step3["throughput/env_steps_total"] == 3 * T * ENVS
+
+
+def test_async_crossq_keeps_simulating_during_updates_and_logs_staleness(ray_cluster, tmp_path):
+    """rollout_mode async with CrossQ heads (no targets, actor every 2nd critic step) and 2-step
+    returns: the rollout never waits for the actor, weights arrive on the channel."""
+    from rlinf.runners.embodied_offpolicy.recipe import run_offpolicy
+
+    cfg = sac_config(tmp_path, "async", critic_actor_ratio=2, n_step=2)
+    cfg["actor"]["model"]["q_head_type"] = "crossq"
+    cfg["runner"]["max_steps"] = 3
+    assert run_offpolicy(cfg, print_fn=lambda *_: None)["steps"] == 3
+    metrics = _metrics(tmp_path)
+    train = [metrics[s] for s in (1, 2, 3)]
+    assert all("rollout/staleness" in m and m["rollout/staleness_max"] >= 0 for m in train)
+    # the actor waits only until it holds what sync would have: never more updates than sync's UTD
+    received = [m["replay/received"] for m in train]
+    assert all(r >= (i + 1) * T * ENVS - ENVS for i, r in enumerate(received)), received  # n_step 2 lags a step
+    assert train[-1]["throughput/env_steps_total"] >= 3 * T * ENVS
+    assert train[-1]["actor/version"] >= 3  # pushed every step (weight_sync_interval 1)
+    assert np.isfinite(train[-1]["actor/critic_loss"]) and "eval/success_rate" in metrics[2]
+
+
+def _write_toy_demos(path: Path, episodes: int = 3, obs_dim: int = 4) -> Path:
+    from rlinf.data.maniskill_trajectory import TrajectoryWriter
+
+    rng = np.random.default_rng(0)
+    with TrajectoryWriter(path, env_id="toy", env_kwargs={"obs_mode": "state"}, max_episode_steps=5) as w:
+        for i in range(episodes):
+            w.add_episode(obs=rng.normal(size=(6, obs_dim)), actions=rng.uniform(-1, 1, size=(5, 2)),
+                          terminated=[False] * 4 + [True], truncated=[False] * 5, success=[False] * 4 + [True],
+                          rewards=[100.0] * 5, seed=i)
+    return path
+
+
+def test_rlpd_mixes_a_tiny_demo_file_into_every_batch(ray_cluster, tmp_path):
+    from rlinf.runners.embodied_offpolicy.recipe import run_offpolicy
+
+    demo = _write_toy_demos(tmp_path / "demos" / "trajectory.h5")
+    cfg = sac_config(tmp_path, critic_subsample_size=2, actor_agg_q="mean", backup_entropy=False,
+                     demo_buffer={"load_path": str(demo)})
+    cfg["actor"]["model"].update(num_q_heads=4, q_head_type="layernorm")
+    cfg["runner"]["max_steps"] = 1
+    lines: list[str] = []
+    run_offpolicy(cfg, print_fn=lambda *a: lines.append(" ".join(map(str, a))))
+    assert any("RLPD" in line and "15 demonstration transitions (3 episodes)" in line for line in lines), lines
+    step = _metrics(tmp_path)[1]
+    # demo rewards are 100 and the toy's are below 1: half of every batch is demos, so the mean
+    # target is near 50 and far above what the online rows alone give
+    assert step["actor/target_mean"] > 20, step
+
+
+# ---- bad input: one line, exit code 2, before Ray ---------------------------------------------------
+
+def _entry_error(cfg: dict, capsys) -> str:
+    from rlinf.runners.embodied_offpolicy.recipe import embodied_recipe_for
+    from rlinf.runners.entry import run_entry
+
+    with pytest.raises(SystemExit) as exit_:
+        run_entry(embodied_recipe_for(cfg), cfg, print_fn=lambda *_: None)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1, err
+    return err[0]
+
+
+BAD = {
+    "min_buffer_size": (lambda c: c["algorithm"]["replay_buffer"].update(min_buffer_size=600),
+                        "algorithm.replay_buffer.min_buffer_size: 600 exceeds replay_buffer.capacity (500)"),
+    "batch": (lambda c: c["actor"].update(global_batch_size=501),
+              "actor.global_batch_size: 501 transitions per batch, but algorithm.replay_buffer.capacity holds at most"),
+    "tau": (lambda c: c["algorithm"].update(tau=0.0), "algorithm.tau: must be in (0, 1], got 0.0"),
+    "no_q_head": (lambda c: c["actor"]["model"].update(model_type="mlp"),
+                  "actor.model.model_type: mlp has no Q head"),
+    "vla": (lambda c: c["actor"]["model"].update(model_type="openvla"),
+            "actor.model.model_type: openvla has no Q head"),
+    "demo_missing": (lambda c: c["algorithm"].update(demo_buffer={"load_path": "/nonexistent/demo.h5"}),
+                     "algorithm.demo_buffer.load_path: demo file /nonexistent/demo.h5 does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line_before_ray(case, tmp_path, capsys):
+    edit, expected = BAD[case]
+    cfg = sac_config(tmp_path)
+    edit(cfg)
+    line = _entry_error(cfg, capsys)
+    assert line.startswith("config error: ") and expected in line, line
+
+
+def test_a_demo_file_truncated_or_of_another_observation_space_names_the_file(tmp_path, capsys):
+    demo = _write_toy_demos(tmp_path / "wide" / "trajectory.h5", obs_dim=7)
+    cfg = sac_config(tmp_path, demo_buffer={"load_path": str(demo)})
+    line = _entry_error(cfg, capsys)
+    assert f"algorithm.demo_buffer.load_path: demo file {demo}: observations have 7 numbers, the env gives 4" in line
+    cut = _write_toy_demos(tmp_path / "cut" / "trajectory.h5")
+    cut.write_bytes(cut.read_bytes()[:300])
+    cfg = sac_config(tmp_path, demo_buffer={"load_path": str(cut)})
+    line = _entry_error(cfg, capsys)
+    assert f"algorithm.demo_buffer.load_path: demo file {cut}" in line and "truncated" in line, line
+
+
+def test_the_embodied_entry_picks_the_off_policy_recipe_and_refuses_sac_without_q_heads():
+    env = {**os.environ, "HYDRA_FULL_ERROR": "0", "REPO_PATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "embodiment" / "main_embodied.py"),
+                          "--config-name", "maniskill_sac_mlp_cpu", "actor.model.model_type=mlp"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: actor.model.model_type: mlp has no Q head"), lines
