@@ -8,6 +8,7 @@
 #   bash scripts/gpu_check.sh                      # on the GPU machine
 #   bash scripts/gpu_check.sh --cpu-dry-run        # the same plumbing on a CPU, tiny sizes
 #   bash scripts/gpu_check.sh --only fsdp_bf16,mfu --budget-s 300
+#   bash scripts/gpu_check.sh --only pi0_ppo       # one πRL PPO update of a real-size π0 (bf16): time, memory
 #
 # Own options: --wheels DIR (default gpu_wheels), --site DIR (default .gpu_site), --no-wheels
 # (use the Python's own packages). Everything else goes to python -m toolkits.gpu_check.

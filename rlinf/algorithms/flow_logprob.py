@@ -318,3 +318,71 @@ def aggregate_flow_logprobs(logprobs: torch.Tensor, level: Literal["chunk_level"
     if level == "element_level":
         return logprobs
     raise ValueError(f"level must be chunk_level or element_level, got {level!r}")
+
+
+def squashed_std(raw: torch.Tensor, std_range: tuple[float, float]) -> torch.Tensor:
+    """A noise head's output -> std in ``[min_std, max_std]``: ``tanh`` squashes ``raw`` into the
+    log-variance range ``[log min_std^2, log max_std^2]`` (πRL's / ReinFlow's ``ExploreNoiseNet``),
+    ``std = exp(logvar / 2)``.
+
+    >>> [round(s, 6) for s in squashed_std(torch.tensor([-50.0, 0.0, 50.0]), (0.08, 0.32)).tolist()]
+    [0.08, 0.16, 0.32]
+    """
+    lo, hi = std_range
+    frac = (torch.tanh(raw) + 1.0) / 2.0
+    return torch.exp(math.log(lo) + frac * (math.log(hi) - math.log(lo)))
+
+
+def pack_chain(chain: torch.Tensor, mask: torch.Tensor, rows: int) -> torch.Tensor:
+    """A chain and its stochastic steps as ``raw_actions`` ``[B, rows, W + S]`` (what the rollout
+    stores and :func:`unpack_chain` reads back for the update).
+
+    The chain ``[B, S+1, H, A]`` is laid out per action row (``x_0[h], ..., x_S[h]`` for ``h = 0..H-1``),
+    flattened, zero-padded to a multiple of ``rows`` and cut into ``rows`` rows of ``W`` values;
+    each row then gets the ``S`` flags of ``mask`` ``[B, S]``. With ``rows == H`` row ``h`` holds
+    exactly action row ``h``'s chain.
+
+    >>> raw = pack_chain(torch.arange(12.0).view(1, 3, 2, 2), torch.tensor([[True, False]]), rows=2)
+    >>> raw.tolist()
+    [[[0.0, 1.0, 4.0, 5.0, 8.0, 9.0, 1.0, 0.0], [2.0, 3.0, 6.0, 7.0, 10.0, 11.0, 1.0, 0.0]]]
+    """
+    b, s1, h, a = chain.shape
+    flat = chain.permute(0, 2, 1, 3).reshape(b, h * s1 * a)
+    width = -(-flat.shape[1] // rows)
+    if width * rows != flat.shape[1]:
+        flat = torch.nn.functional.pad(flat, (0, width * rows - flat.shape[1]))
+    body = flat.view(b, rows, width)
+    return torch.cat([body, mask.to(body.dtype)[:, None, :].expand(b, rows, s1 - 1)], dim=-1)
+
+
+def packed_width(num_steps: int, horizon: int, dim: int, rows: int) -> int:
+    """Width of :func:`pack_chain`'s rows: ``ceil(H (S+1) A / rows) + S``.
+
+    >>> packed_width(4, 50, 32, 5)
+    1604
+    """
+    return -(-horizon * (num_steps + 1) * dim // rows) + num_steps
+
+
+def unpack_chain(raw_actions: torch.Tensor, num_steps: int, horizon: int, dim: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`pack_chain`: ``(chain [B, S+1, H, A] fp32, mask [B, S] bool)``.
+
+    Raises:
+        ValueError: the rows are not :func:`packed_width` wide.
+
+    >>> chain, mask = unpack_chain(pack_chain(torch.arange(12.0).view(1, 3, 2, 2),
+    ...                                       torch.tensor([[True, False]]), rows=3), 2, 2, 2)
+    >>> torch.equal(chain, torch.arange(12.0).view(1, 3, 2, 2)), mask.tolist()
+    (True, [[True, False]])
+    """
+    b, rows, w = raw_actions.shape
+    n = horizon * (num_steps + 1) * dim
+    if w != packed_width(num_steps, horizon, dim, rows):
+        raise ValueError(f"raw_actions must be [N, {rows}, {packed_width(num_steps, horizon, dim, rows)}] "
+                         f"(num_steps {num_steps}, horizon {horizon}, {dim} action dims), "
+                         f"got {tuple(raw_actions.shape)}")
+    width = w - num_steps
+    flat = raw_actions[..., :width].reshape(b, rows * width)[:, :n]
+    chain = flat.reshape(b, horizon, num_steps + 1, dim).permute(0, 2, 1, 3)
+    return chain.float(), raw_actions[:, 0, width:] > 0.5

@@ -146,23 +146,44 @@ class PolicyModelConfig:
         policy_hidden_sizes: mlp / cnn: widths of the actor's hidden layers; null = the policy's
             default (mlp: 256, 256, 256; cnn: 256).
         critic_hidden_sizes: mlp / cnn: widths of the critic's hidden layers; null =
-            policy_hidden_sizes.
+            policy_hidden_sizes. pi0 / pi05: the value head's (null = RLinf's 512, 256, 128 for
+            π0 and 1024, 512, 256 for π0.5, or the checkpoint's stored head).
         init_log_std: mlp / cnn: initial log standard deviation of the Gaussian actions.
         shared_critic_encoder: cnn: the critic reads the actor's image encoder (else it has its
             own).
         add_value_head: build a value head (actor-critic, PPO); false for critic-free algorithms
             (GRPO), then values are null.
-        noise_method: flow_mlp: πRL's exploration, flow_sde (one stochastic denoising step per
-            call, diffusion ``noise_level``) or flow_noise (every step, learned std).
-        noise_level: flow_mlp flow_sde: the diffusion level ``a``.
-        noise_logvar_range: flow_mlp flow_noise: ``[min_std, max_std]`` of the noise head.
-        num_steps: flow_mlp: denoising steps.
+        noise_method: flow_mlp / pi0 / pi05: πRL's exploration, flow_sde (one stochastic
+            denoising step per call, diffusion ``noise_level``) or flow_noise (every step, learned
+            std).
+        noise_level: flow_mlp / pi0 / pi05 flow_sde: the diffusion level ``a``.
+        noise_logvar_range: flow_mlp / pi0 / pi05 flow_noise: ``[min_std, max_std]`` of the noise
+            head.
+        num_steps: flow_mlp / pi0 / pi05: denoising steps.
         action_chunk: actions executed per chunk (RLinf's name); flow_mlp executes the whole
-            chunk, so null or num_action_chunks.
-        joint_logprob: flow_mlp: log-prob = mean over ``[x_0, stochastic steps]`` (Flow-Noise's
-            joint form) instead of the stochastic step's alone.
-        ignore_last: flow_mlp flow_sde: never sample the last denoising step.
-        detach_critic_input: flow_mlp: the value head's gradient stops at the state encoder.
+            chunk, pi0 / pi05 the first num_action_chunks of the checkpoint's ``H``: null or
+            num_action_chunks.
+        joint_logprob: flow_mlp / pi0 / pi05: log-prob = mean over ``[x_0, stochastic steps]``
+            (Flow-Noise's joint form) instead of the stochastic step's alone.
+        ignore_last: flow_mlp / pi0 / pi05 flow_sde: never sample the last denoising step.
+        detach_critic_input: flow_mlp: the value head's gradient stops at the state encoder;
+            pi0 / pi05: at its input (the expert's or the VLM's output).
+        action_env_dim: pi0 / pi05: the env's action dimensions, taken from the model's padded 32
+            (RLinf's name); null = action_dim, which it must equal when set.
+        action_horizon: pi0 / pi05: actions the checkpoint predicts per chunk (``H``; null =
+            config.json's action_horizon / LeRobot's chunk_size, else 50). Not visible in the
+            weights: set it for a folder without config.json (π0.5 LIBERO: 10).
+        value_after_vlm: pi0 / pi05: the value head reads the mean of the VLM's prefix output (the
+            π0.5 configs) instead of the action expert's output at the first denoising step.
+        train_expert_only: pi0 / pi05: freeze the PaliGemma part (SigLIP, projector, Gemma); the
+            action expert, its projections and the heads train.
+        discrete_state_input: pi05: the state in the prompt (``Task: ..., State: ...;``); null =
+            openpi's default (true); openpi's pi05_libero and RLinf's π0.5 configs set false.
+        tokenizer_path: pi0 / pi05: PaliGemma's SentencePiece ``paligemma_tokenizer.model``; null =
+            that file (or tokenizer.model) inside model_path.
+        extra_delta_transform: pi0 / pi05: the checkpoint predicts its first 6 action dimensions
+            relative to the first 6 state values (openpi's / RLinf's pi0_libero preset): the env
+            action adds them back.
         num_q_heads: sac_mlp: Q heads of the critic ensemble (2 = SAC's twin Q; RLPD: 10).
         q_head_type: sac_mlp: ``default`` (MLP heads), ``layernorm`` (RLPD's LayerNorm critics) or
             ``crossq`` (batch renormalisation, no target networks: CrossQ).
@@ -196,12 +217,19 @@ class PolicyModelConfig:
     joint_logprob: bool = rule(False, scope="embodied")
     ignore_last: bool = rule(False, scope="embodied")
     detach_critic_input: bool = rule(False, scope="embodied")
+    action_env_dim: int | None = rule(None, scope="embodied")
+    action_horizon: int | None = rule(None, scope="embodied")
+    value_after_vlm: bool = rule(False, scope="embodied")
+    train_expert_only: bool = rule(False, scope="embodied")
+    discrete_state_input: bool | None = rule(None, scope="embodied")
+    tokenizer_path: str | None = rule(None, scope="embodied")
+    extra_delta_transform: bool = rule(False, scope="embodied")
     num_q_heads: int = rule(2, scope="offpolicy")
     q_head_type: Literal["default", "layernorm", "crossq"] = rule("default", scope="offpolicy")
 
     def validate(self, path: str) -> None:
         for key in ("action_dim", "num_action_chunks", "num_images_in_input", "hidden_size", "vocab_size",
-                    "val_micro_batch_size"):
+                    "val_micro_batch_size", "action_env_dim", "action_horizon"):
             value = getattr(self, key)
             check(value is None or value >= 1, f"{path}.{key}", f"must be >= 1 or null, got {value}")
         for key in ("policy_hidden_sizes", "critic_hidden_sizes", "image_size"):
@@ -228,7 +256,7 @@ class ActorModelConfig:
             when actor.megatron.use_hf_ckpt is true.
         model_type: math runs: architecture tag as the reference writes it (qwen2.5, llama ...),
             checked before start against the folder's ``config.json``; embodied runs: the policy
-            (mlp, cnn, flow_mlp, openvla, openvla_oft; sac_mlp for the off-policy recipe).
+            (mlp, cnn, flow_mlp, openvla, openvla_oft, pi0, pi05; sac_mlp for the off-policy recipe).
         precision: dtype of the loaded (master) weights. Megatron: dtype of the model weights;
             bf16 / fp16 need the matching actor.optim.bf16 / fp16 (fp32 main weights in the
             optimizer).

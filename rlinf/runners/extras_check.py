@@ -83,6 +83,9 @@ def needed_extras(recipe_name: str, cfg: Any) -> list[tuple[str, str]]:
         if model_type in ("openvla", "openvla_oft"):
             out.append(("math", f"transformers (actor.model.model_type: {model_type})"))
             out.append(("embodied", f"peft (actor.model.model_type: {model_type})"))
+        if model_type in ("pi0", "pi05"):
+            out.append(("math", f"transformers (actor.model.model_type: {model_type})"))
+            out.append(("embodied", f"sentencepiece (actor.model.model_type: {model_type})"))
     return out
 
 

@@ -214,6 +214,40 @@ def _rollout(rcfg, shape: ModelShape, sequences: int, prompt: int, new: int, in_
                            shape.describe())
 
 
+def _pi0_params(path: str) -> tuple[int, int]:
+    """``(all, PaliGemma's)`` parameters of a π0 / π0.5 folder, from its safetensors headers
+    (zeros when unreadable: the preflight names the folder's problem)."""
+    import math
+
+    from rlinf.models.embodied.pi0 import Pi0CheckpointError, inspect_pi0_folder
+
+    try:
+        shapes = inspect_pi0_folder(path).shapes()
+    except (Pi0CheckpointError, OSError):
+        return 0, 0
+    vlm = sum(math.prod(v) for k, v in shapes.items() if k.startswith("paligemma_with_expert.paligemma."))
+    return sum(math.prod(v) for v in shapes.values()), vlm
+
+
+def _pi0_memory(cfg, out: dict, ws: int) -> None:
+    """π0 / π0.5 weights in ``actor.model.precision`` (the rollout's whole, the actor's sharded over
+    its ``ws`` ranks by FSDP2); gradients and AdamW state (same dtype) for the trained part (without
+    PaliGemma under ``train_expert_only``). Activations not estimated."""
+    model = cfg.actor.model
+    total, vlm = _pi0_params(model.model_path)
+    size = DTYPE_BYTES.get(model.precision, 4)
+    trained = total - vlm if model.policy.train_expert_only else total
+    note = f"~{total / 1e9:.2f}B params ({model.precision})"
+    w = [MemoryItem("weights", total * size // ws, note=note + (f" / {ws} ranks" if ws > 1 else ""))]
+    train = w + [MemoryItem("gradients", trained * size // ws, note=f"~{trained / 1e9:.2f}B trained params"),
+                 MemoryItem("optimizer", 2 * trained * size // ws)]
+    out["rollout"] = ComponentMemory("rollout", (MemoryItem("weights", total * size, note=note),),
+                                     note="activations not estimated")
+    out["actor"] = ComponentMemory("actor", tuple(train), ("actor.micro_batch_size",
+                                                           "actor.model.train_expert_only: true"),
+                                   "activations not estimated")
+
+
 def _policy_shape(cfg) -> tuple[ModelShape | None, int]:
     """An embodied policy's LM shape (VLAs) or None, and a parameter count for small policies."""
     model = cfg.actor.model
@@ -253,7 +287,9 @@ def _embodied(cfg, plan, capacity: Capacity, on_gpu: bool) -> MemoryEstimate:
         return MemoryEstimate(out, (f"rollout / actor not estimated: {exc}",))
     actor = cfg.actor
     ws = plan.component("actor").world_size
-    if shape is None:
+    if (actor.model.model_type or "").lower() in ("pi0", "pi05") and actor.model.model_path:
+        _pi0_memory(cfg, out, ws)
+    elif shape is None:
         w = [MemoryItem("weights", small * 4, note=f"~{small / 1e6:.2f}M params (mlp/cnn)")]
         train = w + [MemoryItem("gradients", small * 4), MemoryItem("optimizer", small * 8)]
         out["rollout"] = ComponentMemory("rollout", tuple(w))

@@ -27,8 +27,9 @@ def test_the_three_sections_share_no_key():
     assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
     # every actor.model key of before the split (54) + the flow policy's 8 (noise_method, noise_level,
     # noise_logvar_range, num_steps, action_chunk, joint_logprob, ignore_last, detach_critic_input)
-    # + sac_mlp's 2 (num_q_heads, q_head_type)
-    assert len(names[0] | names[1] | names[2]) == 64
+    # + sac_mlp's 2 (num_q_heads, q_head_type) + π0's 7 (action_env_dim, action_horizon, value_after_vlm,
+    # train_expert_only, discrete_state_input, tokenizer_path, extra_delta_transform)
+    assert len(names[0] | names[1] | names[2]) == 71
 
 
 @pytest.mark.parametrize("raw, key, text", [
@@ -37,7 +38,8 @@ def test_the_three_sections_share_no_key():
     ({"lora_rank": 0}, "actor.model.lora_rank", "must be >= 1, got 0"),
     ({"image_size": [64, 0]}, "actor.model.image_size[1]", "must be >= 1, got 0"),
     ({"activation": "relu"}, "actor.model.activation", "'relu' is not allowed"),
-    ({"seq_lenght": 8}, "actor.model.seq_lenght", "unknown key; allowed keys are action_chunk, action_dim, activation"),
+    ({"seq_lenght": 8}, "actor.model.seq_lenght",
+     "unknown key; allowed keys are action_chunk, action_dim, action_env_dim, action_horizon, activation"),
     ({"llm": {"seq_length": 8}}, "actor.model.llm", "unknown key"),
     ({"policy": {"action_dim": 7}}, "actor.model.policy", "unknown key"),
 ])

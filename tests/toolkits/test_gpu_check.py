@@ -131,7 +131,11 @@ def test_the_json_has_every_check_with_a_status_and_finite_figures(dry_run):
     assert env["packages"]["torch"] and env["cuda_available"] is False and env["wheels_site"] is None
     assert env["frameworks_present"] == []  # no Ray, Hydra, OmegaConf, vLLM, SGLang: as on the GPU
     s = doc["summary"]
-    assert s["failed"] == ["boom", "crash", "hang"] and s["passed"] == ["fsdp_bf16", "mfu", "memory_estimate"]
+    assert s["failed"] == ["boom", "crash", "hang"]
+    assert s["passed"] == ["fsdp_bf16", "mfu", "memory_estimate", "pi0_ppo"]
+    pi0 = c["pi0_ppo"]["figures"]  # the real-size π0 check at tiny sizes: one PPO update in bf16
+    assert pi0["dtype"] == "bf16" and pi0["update_seconds_steady"] > 0 and pi0["grad_norm"] > 0
+    assert pi0["logprob_max_abs_diff"] <= 1.0 and pi0["params_trained"] < pi0["params"]
     assert s["ok"] is False
     log = (out / "gpu_check.log").read_text()
     assert "===== fsdp_bf16 =====" in log and "===== hang =====" in log

@@ -6,7 +6,8 @@
   ``actor.model.model_path`` (``model_type: openvla`` or ``openvla_oft``) can load. Sizes:
   :mod:`rlinf.models.embodied.openvla.tiny`.
 * ``--model-type pi0|pi05``: a π0 / π0.5 folder in the ``--layout`` of openpi, RLinf or LeRobot
-  (openpi's parameter names, statistics for 7-dim actions and 8-dim states, a tiny PaliGemma-style
+  (openpi's parameter names, statistics for 7-dim actions and 8-dim states unless ``--action-dim`` /
+  ``--state-dim`` say otherwise, under ``--asset-id``, a tiny PaliGemma-style
   SentencePiece tokenizer). Sizes: :mod:`rlinf.models.embodied.pi0.tiny`.
 
 ``toolkits.embodied.vla_predict`` loads either.
@@ -25,12 +26,14 @@ from pathlib import Path
 def _write_pi0(args: argparse.Namespace) -> Path:
     from rlinf.models.embodied.pi0.tiny import TINY_ASSET_ID, write_tiny_pi0
 
+    asset_id = args.asset_id or TINY_ASSET_ID
     out = write_tiny_pi0(args.out, pi05=args.model_type == "pi05", layout=args.layout, seed=args.seed,
                          action_horizon=args.action_horizon, adarms_scale=0.0 if args.zero_adarms else 0.3,
-                         image_size=args.image_size, patch=args.patch_size)
-    where = "in the normaliser processors" if args.layout == "lerobot" else f"under asset id {TINY_ASSET_ID!r}"
+                         image_size=args.image_size, patch=args.patch_size, asset_id=asset_id,
+                         stats_dims=(args.action_dim, args.state_dim))
+    where = "in the normaliser processors" if args.layout == "lerobot" else f"under asset id {asset_id!r}"
     print(f"wrote {out}: {args.model_type}, {args.layout} layout, {args.image_size}px, H={args.action_horizon}, "
-          f"statistics for 7-dim actions {where}")
+          f"statistics for {args.action_dim}-dim actions and {args.state_dim}-dim states {where}")
     return out
 
 
@@ -46,7 +49,10 @@ def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="folder to write (created; files overwritten)")
     p.add_argument("--model-type", choices=["openvla", "pi0", "pi05"], default="openvla")
-    p.add_argument("--action-dim", type=int, default=7, help="openvla: length of the action statistics")
+    p.add_argument("--action-dim", type=int, default=7, help="length of the action statistics")
+    p.add_argument("--state-dim", type=int, default=8, help="pi0 / pi05: length of the state statistics")
+    p.add_argument("--asset-id", help="pi0 / pi05 (openpi / rlinf layouts): where the statistics go "
+                   "(default tiny/robot)")
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--patch-size", type=int, default=8)
     p.add_argument("--llm-width", type=int, default=64)

@@ -17,7 +17,8 @@ Usage:
     python -m toolkits.embodied.vla_predict --model-path DIR --image FILE.png --instruction "..." \\
         [--model-type openvla|openvla_oft|pi0|pi05] [--action-dim A] [--num-action-chunks K] \\
         [--unnorm-key KEY] [--lora-path DIR] [--state "v1,v2,..."] [--num-steps N] [--seed S] \\
-        [--wrist-image FILE.png] [--tokenizer-path FILE.model] [--dtype fp32|bf16] [--device cpu|cuda] [--json]
+        [--wrist-image FILE.png] [--tokenizer-path FILE.model] [--action-horizon H] [--no-discrete-state] \\
+        [--dtype fp32|bf16] [--device cpu|cuda] [--json]
 
 Output: one line per action of the chunk (``--json``: a list of K (π0: H) lists of A floats). A bad
 folder, image, key, state or adapter exits 2 with one ``error:`` line.
@@ -52,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="π0: seed of the initial noise")
     p.add_argument("--wrist-image", default=None, help="π0: image of the second camera slot")
     p.add_argument("--tokenizer-path", default=None, help="π0: PaliGemma SentencePiece .model (default: in the folder)")
+    p.add_argument("--action-horizon", type=int, default=None, help="π0: H when the folder has no config.json "
+                   "(RLinf's π0.5 LIBERO: 10)")
+    p.add_argument("--no-discrete-state", action="store_true", help="π0.5: π0's prompt without the state "
+                   "(openpi's pi05_libero, RLinf's π0.5 configs: discrete_state_input false)")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--json", action="store_true", help="print a JSON list of K lists of A floats")
@@ -145,12 +150,15 @@ def predict_pi0(args: argparse.Namespace) -> list[list[float]]:
         raise _Usage(f"--num-steps must be >= 1, got {args.num_steps}")
     if args.num_action_chunks is not None and args.num_action_chunks < 1:
         raise _Usage("--num-action-chunks must be >= 1")
+    if args.action_horizon is not None and args.action_horizon < 1:
+        raise _Usage(f"--action-horizon must be >= 1, got {args.action_horizon}")
     cameras = [torch.from_numpy(_read_image(args.image, "--image").copy()).unsqueeze(0)]
     if args.wrist_image:
         cameras.append(torch.from_numpy(_read_image(args.wrist_image, "--wrist-image").copy()).unsqueeze(0))
     state = _parse_state(args.state)
     options = Pi0Options(model_type=args.model_type, asset_id=args.unnorm_key, num_steps=args.num_steps,
-                         tokenizer_path=args.tokenizer_path)
+                         tokenizer_path=args.tokenizer_path, action_horizon=args.action_horizon,
+                         discrete_state_input=False if args.no_discrete_state else None)
     policy = _load(load_pi0, Pi0CheckpointError, args, options)
     if args.action_dim is not None and args.action_dim != policy.action_dim:
         raise _Usage(f"--action-dim {args.action_dim}: the checkpoint's actions have {policy.action_dim} values")

@@ -23,6 +23,7 @@ name                      what                                                  
 ``megatron_step``         Megatron bf16 + distributed optimizer (TP=1) step, offload  checks_megatron
 ``megatron_logits``       converter HF -> Megatron, round trip and logits on CUDA     checks_megatron
 ``memory_estimate``       memory estimator vs CUDA peak, 0.5B shape, seq 2048         checks_memory
+``pi0_ppo``               one πRL PPO update of a real-size π0 in bf16: time, memory  checks_pi0
 ========================  ==========================================================  =========
 
 Importing this package imports nothing heavy (no torch): the runner decides skips cheaply.
@@ -78,4 +79,5 @@ CHECKS: tuple[CheckSpec, ...] = (
     CheckSpec("megatron_logits", "toolkits.gpu_check.checks_megatron:run_logits", 150,
               needs_modules=("transformers", "megatron")),
     CheckSpec("memory_estimate", "toolkits.gpu_check.checks_memory:run", 120, needs_modules=("transformers",)),
+    CheckSpec("pi0_ppo", "toolkits.gpu_check.checks_pi0:run", 180, needs_modules=("transformers", "safetensors")),
 )

@@ -11,8 +11,9 @@ Keys read per ``actor.model.model_type``:
   num_action_chunks (the flow's horizon; action_chunk null or equal), add_value_head,
   policy_hidden_sizes (velocity MLP, default 256, 256), hidden_size (state encoder width, default
   256), critic_hidden_sizes, and the πRL keys noise_method, noise_level, noise_logvar_range,
-  num_steps, joint_logprob, ignore_last, detach_critic_input (refused for every other type);
-  value_type chunk_level; model_path: a folder its ``save_pretrained`` wrote.
+  num_steps, joint_logprob, ignore_last, detach_critic_input (refused for every type but
+  flow_mlp, pi0 and pi05); value_type chunk_level; model_path: a folder its ``save_pretrained``
+  wrote.
 * ``sac_mlp`` (state observations; the off-policy recipe: SAC / CrossQ / RLPD): action_dim,
   num_action_chunks (1), policy_hidden_sizes (the tanh-Gaussian actor, default 256 x 3),
   critic_hidden_sizes (each Q head, default policy_hidden_sizes), num_q_heads, q_head_type
@@ -28,14 +29,22 @@ Keys read per ``actor.model.model_type``:
   adapter's ``r``), lora_path; image_size, hidden_size and
   vocab_size (the tokenizer's vocabulary as seed 003 writes it, e.g. 32000, or the padded LM
   size), when set, must match the folder.
-* ``openvla`` / ``openvla_oft``: model_path (a real OpenVLA / OpenVLA-OFT folder, see
-  :mod:`rlinf.models.embodied.openvla`; required), action_dim (default 7), num_action_chunks
-  (default 1), precision, attn_implementation, unnorm_key, value_type, add_value_head,
-  center_crop, num_images_in_input, use_proprio (the env's state feeds OFT's proprio token),
-  do_sample, gradient_checkpointing, is_lora, lora_rank (with lora_path: must equal the
-  adapter's ``r``), lora_path; image_size, hidden_size and
-  vocab_size (the tokenizer's vocabulary as seed 003 writes it, e.g. 32000, or the padded LM
-  size), when set, must match the folder.
+* ``pi0`` / ``pi05`` (camera images, instructions, state; :mod:`rlinf.models.embodied.pi0.build`,
+  policy :class:`~rlinf.models.embodied.pi0.rl_policy.Pi0RLPolicy`): model_path (an openpi,
+  RLinf or LeRobot π0 / π0.5 folder; required; its weights must be of that type), unnorm_key (the
+  statistics' asset id, e.g. ``physical-intelligence/libero``; null = the only set), tokenizer_path
+  (PaliGemma's SentencePiece file; null = in the folder), action_horizon (``H`` when the folder
+  has no config.json), discrete_state_input (pi05's state prompt), precision, action_dim /
+  action_env_dim (the env's dimensions of the padded 32, default 7), num_action_chunks /
+  action_chunk (the first ``K`` of the ``H`` actions go to the env), num_images_in_input (1 main
+  camera, 2 + wrist), the πRL keys above (noise_method, noise_level, noise_logvar_range,
+  num_steps, joint_logprob, ignore_last, detach_critic_input), add_value_head, value_after_vlm,
+  critic_hidden_sizes (the value head's widths), train_expert_only, extra_delta_transform,
+  value_type chunk_level, do_sample. RLinf's ``value_head.*`` / ``noise_head.*`` tensors in the
+  folder start the heads; the trained policy is written back in the folder's layout. The π0 keys
+  (action_env_dim, action_horizon, value_after_vlm, train_expert_only, discrete_state_input,
+  tokenizer_path, extra_delta_transform) are refused for every other type. :func:`check_policy_fits`
+  and :func:`check_model_folder` read the folder's metadata only (no weights).
 
 mlp / cnn: with model_path set, the weights come from a folder their ``save_pretrained`` wrote;
 they always run in fp32 (``precision`` applies to the VLAs). ``do_sample`` is exposed as
@@ -61,11 +70,16 @@ from rlinf.models.embodied.base import EmbodiedPolicy, ObsSpec, check_value_type
 from rlinf.utils.typed_config import ConfigError, field_default, parse_section
 
 PATH = "actor.model"
-MODEL_TYPES = ("mlp", "cnn", "flow_mlp", "sac_mlp", "openvla", "openvla_oft")
+MODEL_TYPES = ("mlp", "cnn", "flow_mlp", "sac_mlp", "openvla", "openvla_oft", "pi0", "pi05")
+#: the π0 / π0.5 policies (:mod:`rlinf.models.embodied.pi0.build`)
+PI0_TYPES = ("pi0", "pi05")
 
-#: πRL keys only flow_mlp reads (refused elsewhere)
+#: πRL keys only the flow policies read (flow_mlp, pi0, pi05; refused elsewhere)
 FLOW_KEYS = ("noise_method", "noise_level", "noise_logvar_range", "num_steps", "action_chunk", "joint_logprob",
              "ignore_last", "detach_critic_input")
+#: keys only pi0 / pi05 read (refused elsewhere)
+PI0_KEYS = ("action_env_dim", "action_horizon", "value_after_vlm", "train_expert_only", "discrete_state_input",
+            "tokenizer_path", "extra_delta_transform")
 
 _DTYPES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
            "bf16": "bfloat16", "bfloat16": "bfloat16"}
@@ -113,9 +127,14 @@ def build_policy(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsS
     """
     cfg = model_cfg if isinstance(model_cfg, ActorModelConfig) else parse_section(ActorModelConfig, model_cfg, PATH)
     model_type = (cfg.model_type or "").lower()
+    if model_type in MODEL_TYPES:
+        _no_flow_keys(cfg, model_type)
     if model_type == "flow_mlp":
         return _build_flow(cfg, obs_spec)
-    _no_flow_keys(cfg, model_type)
+    if model_type in PI0_TYPES:
+        from rlinf.models.embodied.pi0.build import build as build_pi0
+
+        return build_pi0(cfg, obs_spec, model_type)
     if model_type == "mlp":
         return _build_mlp(cfg, obs_spec)
     if model_type == "sac_mlp":
@@ -150,12 +169,21 @@ def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec:
         raise ConfigError(f"{PATH}.model_type",
                           f"embodied policies are {', '.join(MODEL_TYPES)}; got {cfg.model_type!r}")
     vla = model_type in ("openvla", "openvla_oft")
-    action_dim = cfg.policy.action_dim or (7 if vla else None)
+    pi0 = model_type in PI0_TYPES
+    action_key = "action_env_dim" if pi0 and cfg.policy.action_env_dim is not None else "action_dim"
+    action_dim = cfg.policy.action_dim or (cfg.policy.action_env_dim if pi0 else None) or (7 if vla or pi0 else None)
     if action_dim is None:
         raise ConfigError(f"{PATH}.action_dim", f"required for model_type {model_type}")
     env_dim = len(obs_spec.action_low) if obs_spec.action_low is not None else None
     if env_dim is not None and env_dim != action_dim:
-        raise ConfigError(f"{PATH}.action_dim", f"{action_dim}, but {env_label} takes {env_dim}-dimensional actions")
+        raise ConfigError(f"{PATH}.{action_key}", f"{action_dim}, but {env_label} takes {env_dim}-dimensional "
+                          "actions")
+    if pi0:  # the folder's metadata and the env: no weights are read
+        from rlinf.models.embodied.pi0.build import check_fits, plan_from_config
+
+        _no_flow_keys(cfg, model_type)
+        check_fits(cfg, plan_from_config(cfg, model_type), obs_spec, env_label)
+        return
     if not vla:
         build_policy(cfg, obs_spec)
         return
@@ -285,12 +313,34 @@ def _build_sac_mlp(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
     return policy
 
 
+def check_model_folder(model_cfg: ActorModelConfig | Mapping[str, Any]) -> None:
+    """The checks of the model folder that need no env, for the preflight to run before it asks the
+    simulators (π0 / π0.5: the layout, the weights' model type, the statistics, the action sizes
+    against the padded width; from metadata only). Other model types: nothing.
+
+    Raises:
+        ConfigError: naming the ``actor.model`` key at fault.
+    """
+    cfg = model_cfg if isinstance(model_cfg, ActorModelConfig) else parse_section(ActorModelConfig, model_cfg, PATH)
+    model_type = (cfg.model_type or "").lower()
+    if model_type in PI0_TYPES:
+        from rlinf.models.embodied.pi0.build import plan_from_config
+
+        _no_flow_keys(cfg, model_type)
+        plan_from_config(cfg, model_type)
+
+
 def _no_flow_keys(cfg: ActorModelConfig, model_type: str) -> None:
-    """Refuses a πRL key set away from its default for a policy that does not read it."""
-    for key in FLOW_KEYS:
-        default = field_default(next(f for f in dataclasses.fields(PolicyModelConfig) if f.name == key))
-        if getattr(cfg.policy, key) != default:
-            raise ConfigError(f"{PATH}.{key}", f"only model_type flow_mlp reads it, not {model_type}; remove it")
+    """Refuses a πRL key (or a π0 key) set away from its default for a policy that does not read it."""
+    groups = ((FLOW_KEYS, ("flow_mlp",) + PI0_TYPES), (PI0_KEYS, PI0_TYPES))
+    for keys, readers in groups:
+        if model_type in readers:
+            continue
+        for key in keys:
+            default = field_default(next(f for f in dataclasses.fields(PolicyModelConfig) if f.name == key))
+            if getattr(cfg.policy, key) != default:
+                raise ConfigError(f"{PATH}.{key}", f"only model_type {', '.join(readers)} read it, not "
+                                  f"{model_type}; remove it")
 
 
 def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:

@@ -36,7 +36,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rlinf.algorithms.flow_logprob import NOISE_METHODS, chain_logprob, sample_chain, stochastic_mask
+from rlinf.algorithms.flow_logprob import (
+    NOISE_METHODS,
+    chain_logprob,
+    pack_chain,
+    sample_chain,
+    squashed_std,
+    stochastic_mask,
+    unpack_chain,
+)
 from rlinf.models.embodied.base import EmbodiedPolicy, PolicyOutput, layer_init, mlp, to_tensor
 from rlinf.models.embodied.gaussian import GaussianActorCritic
 
@@ -147,10 +155,7 @@ class FlowPolicy(EmbodiedPolicy):
             v = self.velocity_out(h).view_as(x)
             if cfg.noise_method != "flow_noise":
                 return v, None
-            lo, hi = cfg.noise_logvar_range
-            frac = (torch.tanh(self.noise_head(h)) + 1.0) / 2.0
-            log_std = math.log(lo) + frac * (math.log(hi) - math.log(lo))
-            return v, torch.exp(log_std).view_as(x)
+            return v, squashed_std(self.noise_head(h), cfg.noise_logvar_range).view_as(x)
 
         return velocity
 
@@ -162,19 +167,11 @@ class FlowPolicy(EmbodiedPolicy):
 
     def pack(self, chain: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """``raw_actions`` ``[B, K, (S+1) A + S]`` from a chain ``[B, S+1, K, A]`` and mask ``[B, S]``."""
-        b, s1, k, a = chain.shape
-        rows = chain.permute(0, 2, 1, 3).reshape(b, k, s1 * a)
-        return torch.cat([rows, mask.float()[:, None, :].expand(b, k, s1 - 1)], dim=-1)
+        return pack_chain(chain, mask, rows=chain.shape[2])
 
     def unpack(self, raw_actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inverse of :meth:`pack`: ``(chain, mask)``."""
-        s, a = self.config.num_steps, self.action_dim
-        b, k, width = raw_actions.shape
-        if width != (s + 1) * a + s:
-            raise ValueError(f"raw_actions must be [N, {self.num_action_chunks}, {(s + 1) * a + s}] "
-                             f"(num_steps {s}), got {tuple(raw_actions.shape)}")
-        chain = raw_actions[..., :(s + 1) * a].reshape(b, k, s + 1, a).permute(0, 2, 1, 3)
-        return chain.float(), raw_actions[:, 0, (s + 1) * a:] > 0.5
+        return unpack_chain(raw_actions, self.config.num_steps, self.num_action_chunks, self.action_dim)
 
     # ---- EmbodiedPolicy ---------------------------------------------------------------------
     def act(self, states=None, images=None, wrist_images=None, instructions=None,

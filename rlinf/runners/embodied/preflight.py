@@ -2,7 +2,9 @@
 folders, the resume point, the cluster size, and each split's simulator asked in this process
 (without workers) for one environment's observation and action shapes (ManiSkill: the task id,
 modes and assets; LIBERO: the library and suite), which the policy must fit
-(:func:`~rlinf.models.embodied.factory.check_policy_fits`)."""
+(:func:`~rlinf.models.embodied.factory.check_policy_fits`). A π0 / π0.5 folder's metadata is
+checked before the simulators are asked (:func:`~rlinf.models.embodied.factory.check_model_folder`);
+no check reads a weight."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def prepare_embodied(raw: Any, config_cls: type[EmbodiedConfig] = EmbodiedConfig
     Raises:
         ConfigError: the first problem found, naming its key.
     """
-    from rlinf.models.embodied.factory import MODEL_TYPES, check_policy_fits
+    from rlinf.models.embodied.factory import MODEL_TYPES, check_model_folder, check_policy_fits
     from rlinf.runners.embodied.sim_probe import probe_obs_spec
     from rlinf.scheduler.cluster import check_cluster_before_start
 
@@ -42,6 +44,7 @@ def prepare_embodied(raw: Any, config_cls: type[EmbodiedConfig] = EmbodiedConfig
                                                     f"got {model.model_type!r}")
     if model.model_path is not None and not os.path.isdir(model.model_path):
         raise ConfigError("actor.model.model_path", f"{model.model_path!r} is not a folder")
+    check_model_folder(model)  # π0 / π0.5: the folder's metadata, before the simulators start
     videos = {f"env.{s}.video_cfg.video_base_dir": getattr(cfg.env, s).video_cfg.video_base_dir
               for s in ("train", "eval") if getattr(cfg.env, s).video_cfg.save_video}
     resume_step = check_run_folders(cfg.runner, videos)

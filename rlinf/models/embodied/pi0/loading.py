@@ -24,7 +24,9 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -79,17 +81,40 @@ def _prompt_format(folder: Pi0Folder, pi05: bool, discrete: bool | None) -> str:
     return "pi0" if discrete is False else "pi05_state"
 
 
-def load_pi0(path: str | os.PathLike, options: Pi0Options | None = None,
-             dtype: torch.dtype = torch.float32) -> Pi0Policy:
-    """Builds the policy from a folder (see the module docstring).
+@dataclass
+class Pi0Plan:
+    """What a folder holds, read without its weights (:func:`plan_pi0`): enough to check a
+    configuration against it before any tensor is loaded.
 
-    Args:
-        path: the checkpoint folder.
-        options: how to run it.
-        dtype: dtype of the weights in memory (the releases store bf16).
+    Attributes:
+        folder: the inspected folder.
+        spec: the sizes (from the safetensors headers).
+        model_type: ``pi0`` or ``pi05`` (from the tensors).
+        tokenizer: the PaliGemma tokenizer.
+        stats: the chosen statistics (None: the folder has none).
+        cameras: the camera slots.
+        prompt_format: see :mod:`.processing`.
+        max_token_len: prompt length.
+    """
+
+    folder: Pi0Folder
+    spec: Any
+    model_type: str
+    tokenizer: PaliGemmaTokenizer
+    stats: Any
+    cameras: list[str]
+    prompt_format: str
+    max_token_len: int
+
+
+def plan_pi0(path: str | os.PathLike, options: Pi0Options | None = None) -> Pi0Plan:
+    """Everything :func:`load_pi0` decides before it reads a weight: the layout, the sizes (from
+    the file headers), the model type against ``options.model_type`` and a LeRobot ``type``, the
+    tokenizer, the statistics of ``options.asset_id``, the cameras and the prompt format.
 
     Raises:
-        Pi0CheckpointError: the folder is not a complete checkpoint of a supported layout.
+        Pi0CheckpointError: the folder is not a complete checkpoint of a supported layout, or
+            ``options.model_type`` differs from the weights.
         KeyError: ``options.asset_id`` names no statistics of the folder.
     """
     options = options or Pi0Options()
@@ -111,11 +136,6 @@ def load_pi0(path: str | os.PathLike, options: Pi0Options | None = None,
         raise Pi0CheckpointError(f"{tokenizer.path}: {tokenizer.vocab_size} pieces, the embedding has "
                                  f"{spec.vlm.vocab} rows")
     stats = select_stats(folder, options.asset_id, spec.pi05)
-    with params_on_meta():
-        model = Pi0Model(spec)
-    state = folder.tensors()
-    ours, carried, extras, embed_names = split_checkpoint(state, model, str(folder.path))
-    model.load_state_dict({k: v.to(dtype) for k, v in ours.items()}, strict=True, assign=True)
     if folder.layout == "lerobot":
         cameras = lerobot_cameras(folder.config)
         if not cameras:
@@ -125,8 +145,32 @@ def load_pi0(path: str | os.PathLike, options: Pi0Options | None = None,
         cameras = list(OPENPI_CAMERAS)
         max_len = DEFAULT_MAX_TOKENS[model_type]
     fmt = _prompt_format(folder, spec.pi05, options.discrete_state_input)
-    policy = Pi0Policy(model, tokenizer, stats, cameras, fmt, options.max_token_len or max_len, folder.layout,
-                       num_steps=options.num_steps)
+    return Pi0Plan(folder, spec, model_type, tokenizer, stats, cameras, fmt, options.max_token_len or max_len)
+
+
+def load_pi0(path: str | os.PathLike, options: Pi0Options | None = None,
+             dtype: torch.dtype = torch.float32) -> Pi0Policy:
+    """Builds the policy from a folder (see the module docstring).
+
+    Args:
+        path: the checkpoint folder.
+        options: how to run it.
+        dtype: dtype of the weights in memory (the releases store bf16).
+
+    Raises:
+        Pi0CheckpointError: the folder is not a complete checkpoint of a supported layout.
+        KeyError: ``options.asset_id`` names no statistics of the folder.
+    """
+    options = options or Pi0Options()
+    plan = plan_pi0(path, options)
+    folder = plan.folder
+    with params_on_meta():
+        model = Pi0Model(plan.spec)
+    state = folder.tensors()
+    ours, carried, extras, embed_names = split_checkpoint(state, model, str(folder.path))
+    model.load_state_dict({k: v.to(dtype) for k, v in ours.items()}, strict=True, assign=True)
+    policy = Pi0Policy(model, plan.tokenizer, plan.stats, plan.cameras, plan.prompt_format, plan.max_token_len,
+                       folder.layout, num_steps=options.num_steps)
     policy.carried, policy.extras, policy.embed_names = carried, extras, embed_names
     policy.config = dict(folder.config)
     policy.source_path = folder.path

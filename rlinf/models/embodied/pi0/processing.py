@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -60,7 +59,11 @@ def resize_with_pad(images: torch.Tensor, height: int, width: int) -> torch.Tens
 def to_model_images(images, size: int) -> torch.Tensor:
     """Camera images ``[N, H, W, 3]`` (uint8, or float on the 0..255 scale) -> ``[N, 3, size,
     size]`` float32 in [-1, 1]."""
-    x = images if isinstance(images, torch.Tensor) else torch.as_tensor(np.asarray(images))
+    if not isinstance(images, torch.Tensor):
+        import numpy as np
+
+        images = torch.as_tensor(np.asarray(images))
+    x = images
     if x.dim() != 4 or x.shape[-1] != 3:
         raise ValueError(f"camera images must be [N, H, W, 3], got shape {tuple(x.shape)}")
     if x.dtype != torch.uint8:

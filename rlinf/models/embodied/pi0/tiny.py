@@ -6,7 +6,7 @@ the files of one layout (see :mod:`.checkpoint`):
 * ``openpi``: ``model.safetensors`` (the tied embedding as ``paligemma.lm_head.weight`` only, the
   expert's unused ``lm_head`` kept, as ``safetensors.save_model`` writes them), ``config.json``,
   ``assets/<asset_id>/norm_stats.json``;
-* ``rlinf``: the same weights plus ``value_head.mlp.*`` / ``noise_head.mlp_logvar.*`` tensors,
+* ``rlinf``: the same weights plus RLinf's ``value_head.*`` / ``noise_head.*`` tensors,
   statistics at ``<asset_id>/norm_stats.json``;
 * ``lerobot``: ``config.json`` (``type``), ``model.safetensors`` under ``model.``, the normaliser
   processors (``policy_{pre,post}processor.json`` + ``*_normalizer_processor.safetensors``).
@@ -30,8 +30,10 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import math
 import random
 from pathlib import Path
 
@@ -58,8 +60,8 @@ def tiny_corpus(n: int = 300, seed: int = 0) -> list[str]:
     return out
 
 
-def train_tiny_sentencepiece(path: Path, vocab_size: int = 160) -> Path:
-    """Trains the tiny SentencePiece model (see the module docstring) and writes it to ``path``."""
+@functools.lru_cache(maxsize=4)
+def _tiny_sentencepiece_bytes(vocab_size: int) -> bytes:
     import sentencepiece
 
     buf = io.BytesIO()
@@ -68,7 +70,13 @@ def train_tiny_sentencepiece(path: Path, vocab_size: int = 160) -> Path:
         pad_id=0, eos_id=1, bos_id=2, unk_id=3, user_defined_symbols=["\n"], split_digits=True,
         normalization_rule_name="identity", add_dummy_prefix=False, remove_extra_whitespaces=False,
         character_coverage=1.0, minloglevel=2, num_threads=1)
-    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def train_tiny_sentencepiece(path: Path, vocab_size: int = 160) -> Path:
+    """Trains the tiny SentencePiece model (see the module docstring) and writes it to ``path``
+    (trained once per process and size: the training is deterministic)."""
+    path.write_bytes(_tiny_sentencepiece_bytes(vocab_size))
     return path
 
 
@@ -118,13 +126,19 @@ def tiny_stats(action_dim: int = 7, state_dim: int = 8, seed: int = 1) -> dict[s
 
 
 def _extra_heads(spec: Pi0Spec, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """RLinf's heads under its module names: ``ValueHead`` (``value_head.mlp`` = Linear, ReLU,
+    Linear) on the expert width and ``ExploreNoiseNet`` (``noise_head.mlp_logvar.moduleList.{i}
+    .linear_1``, then its ``logvar_min`` / ``logvar_max`` buffers for stds 0.08 / 0.16)."""
     w = spec.expert.width
     shapes = {"value_head.mlp.0.weight": (8, w), "value_head.mlp.0.bias": (8,), "value_head.mlp.2.weight": (1, 8),
-              "value_head.mlp.2.bias": (1,), "noise_head.mlp_logvar.moduleList.0.weight": (8, w),
-              "noise_head.mlp_logvar.moduleList.0.bias": (8,),
-              "noise_head.mlp_logvar.moduleList.1.weight": (spec.action_dim, 8),
-              "noise_head.mlp_logvar.moduleList.1.bias": (spec.action_dim,)}
-    return {k: 0.1 * torch.randn(s, generator=gen) for k, s in shapes.items()}
+              "value_head.mlp.2.bias": (1,), "noise_head.mlp_logvar.moduleList.0.linear_1.weight": (8, w),
+              "noise_head.mlp_logvar.moduleList.0.linear_1.bias": (8,),
+              "noise_head.mlp_logvar.moduleList.1.linear_1.weight": (spec.action_dim, 8),
+              "noise_head.mlp_logvar.moduleList.1.linear_1.bias": (spec.action_dim,)}
+    out = {k: 0.1 * torch.randn(s, generator=gen) for k, s in shapes.items()}
+    out["noise_head.logvar_min"] = torch.tensor([2 * math.log(0.08)])
+    out["noise_head.logvar_max"] = torch.tensor([2 * math.log(0.16)])
+    return out
 
 
 def _lerobot_files(out: Path, spec: Pi0Spec, stats: dict, max_len: int) -> None:
@@ -169,7 +183,8 @@ def _lerobot_files(out: Path, spec: Pi0Spec, stats: dict, max_len: int) -> None:
 
 def write_tiny_pi0(out_dir: str | Path, pi05: bool = False, layout: str = "openpi", seed: int = 0,
                    action_horizon: int = 4, asset_id: str = TINY_ASSET_ID, adarms_scale: float = 0.3,
-                   extra_heads: bool = True, dtype: torch.dtype = torch.bfloat16, **sizes) -> Path:
+                   extra_heads: bool = True, dtype: torch.dtype = torch.bfloat16, stats_dims: tuple[int, int] = (7, 8),
+                   **sizes) -> Path:
     """Writes a tiny real-layout folder (see the module docstring); returns its path.
 
     Args:
@@ -182,6 +197,7 @@ def write_tiny_pi0(out_dir: str | Path, pi05: bool = False, layout: str = "openp
         adarms_scale: std of π0.5's adaRMS ``dense`` weights (0: openpi's zero init).
         extra_heads: RLinf layout: add ``value_head.*`` / ``noise_head.*`` tensors.
         dtype: weights on disk (bf16 as the releases).
+        stats_dims: ``(action, state)`` widths of the statistics (LIBERO's 7 and 8 by default).
         **sizes: overrides of :func:`tiny_spec`'s sizes.
     """
     if layout not in LAYOUTS:
@@ -194,7 +210,7 @@ def write_tiny_pi0(out_dir: str | Path, pi05: bool = False, layout: str = "openp
     vocab = sentencepiece.SentencePieceProcessor(model_file=str(tok)).get_piece_size()
     spec = tiny_spec(pi05, vocab, action_horizon=action_horizon, **sizes)
     state = {k: v.to(dtype) for k, v in tiny_weights(spec, seed, adarms_scale).items()}
-    stats = tiny_stats()
+    stats = tiny_stats(*stats_dims)
     max_len = 200 if pi05 else 48  # openpi's / LeRobot's defaults
     if layout == "lerobot":
         state.pop(EXPERT_LM_HEAD)
