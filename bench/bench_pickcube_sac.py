@@ -39,19 +39,8 @@ PY = sys.executable
 GOAL_SPEEDUP = 1.2
 ARM_NAMES = {"single": "single-file SAC", "sync": "ours (sync)", "async": "ours (async)"}
 
-
-def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """SIGINT the process group (our runner shuts its workers down), SIGKILL after ``grace_s``."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_pushcube_vs_single_file import _stop  # noqa: E402  (the same process-group stop)
 
 
 def run_single(args, seed: int, log) -> dict:
