@@ -20,7 +20,6 @@ waits for the learner). Before learning starts the worker may act uniformly at r
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import torch
@@ -29,7 +28,7 @@ from rlinf.config.actor import ActorModelConfig
 from rlinf.data.replay_buffer import TRANSITION_FIELDS, NStepAccumulator
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.workers.actor.offpolicy_actor import weights_key
-from rlinf.workers.env.messages import ENV_POLICY_PIPE, ObsMessage, action_key, obs_key
+from rlinf.workers.env.messages import ObsMessage, action_key, obs_key
 from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker, policy_inputs
 
 
@@ -74,14 +73,7 @@ class OffPolicyRolloutWorker(PolicyRolloutWorker):
         workers run ``run(split="train", tag, num_steps, ..., reset=False)``) and put its
         transitions on the channel; ``random_actions``: uniform actions in the env's bounds;
         ``poll``: :meth:`poll_weights` before each step. Returns the transitions and env steps."""
-        pipes = self.pipes(ENV_POLICY_PIPE)
-        try:
-            return self._collect(pipes, tag, num_steps, seed, random_actions, poll)
-        except BaseException as exc:
-            reason = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            for pipe in pipes.values():
-                pipe.send_error(f"rollout worker {self.rank}: {reason}")
-            raise
+        return self._serve_env_pipes(self._collect, tag, num_steps, seed, random_actions, poll)
 
     @torch.no_grad()
     def _collect(self, pipes: dict, tag: str, num_steps: int, seed: int, random_actions: bool,

@@ -99,9 +99,14 @@ class PolicyRolloutWorker(Worker):
             record: bool = True) -> Trajectory | None:
         """Serve ``num_steps`` policy steps to this worker's env slots; returns the trajectory of
         all its environments (slots joined along the env axis) when ``record``."""
+        return self._serve_env_pipes(self._serve, tag, num_steps, seed, deterministic, record)
+
+    def _serve_env_pipes(self, serve, *args):
+        """``serve(pipes, *args)`` over this worker's env pipes; an error is first sent down every
+        pipe (so the env workers waiting on this worker stop with its reason), then raised."""
         pipes = self.pipes(ENV_POLICY_PIPE)
         try:
-            return self._serve(pipes, tag, num_steps, seed, deterministic, record)
+            return serve(pipes, *args)
         except BaseException as exc:
             reason = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             for pipe in pipes.values():
