@@ -225,3 +225,59 @@ def test_grpo_helpers():
     assert adv[0] > 0 > adv[1] and abs(adv[:4].sum()) < 1e-5
     mask = response_mask(torch.tensor([[5, 2, 0, 0], [5, 6, 7, 8]]), eos_id=2)
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+
+
+# ----------------------------------------------------------------------------- shipped warm start
+
+
+def test_shipped_warm_start_matches_the_default_settings_and_loads():
+    from transformers import AutoModelForCausalLM
+
+    from toolkits.tiny_math.prepare import SHIPPED_DIR, shipped_matches
+
+    settings = {"size": "tiny", "steps": 800, "seed": 0, "sft": "examples/math/data/sft.jsonl"}
+    assert shipped_matches(SHIPPED_DIR, settings, DATA / "sft.jsonl") is None
+    assert "asked for" in shipped_matches(SHIPPED_DIR, {**settings, "steps": 10}, DATA / "sft.jsonl")
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED_DIR)
+    assert sum(p.numel() for p in model.parameters()) == 635_136
+    assert load_tokenizer(SHIPPED_DIR).decode(load_tokenizer(SHIPPED_DIR)("12+7").input_ids) == "12+7"
+
+
+def test_prepare_copies_a_matching_shipped_copy_and_rebuilds_a_tampered_one(tmp_path, monkeypatch):
+    from toolkits.tiny_math import prepare as prep
+
+    built = []
+
+    def fake_make_model(out, size, seed):
+        built.append(("model", size, seed))
+
+    def fake_warm_start(base, sft, warm, steps, seed):
+        built.append(("warm", steps))
+        Path(warm).mkdir(parents=True)
+        (Path(warm) / "model.safetensors").write_bytes(b"trained here")
+
+    monkeypatch.setattr(prep, "make_model", fake_make_model)
+    monkeypatch.setattr(prep, "warm_start", fake_warm_start)
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text('{"prompt": "1+1", "response": "2"}\n')
+    settings = {"size": "tiny", "steps": 5, "seed": 0, "sft": str(sft)}
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "model.safetensors").write_bytes(b"weights")
+    (made / "config.json").write_text("{}")
+    prep.ship(made, tmp_path / "shipped", settings, sft)
+
+    warm = prep.prepare(tmp_path / "a", steps=5, sft_path=str(sft), shipped=tmp_path / "shipped")
+    assert built == [] and (warm / "model.safetensors").read_bytes() == b"weights"
+    assert not (warm / prep.SHIPPED_MANIFEST).exists()
+    assert prep.prepare(tmp_path / "a", steps=5, sft_path=str(sft), shipped=tmp_path / "shipped") == warm
+
+    (tmp_path / "shipped" / "model.safetensors").write_bytes(b"weightz")  # tampered
+    warm = prep.prepare(tmp_path / "b", steps=5, sft_path=str(sft), shipped=tmp_path / "shipped")
+    assert built == [("model", "tiny", 0), ("warm", 5)]
+    assert (warm / "model.safetensors").read_bytes() == b"trained here"
+
+    built.clear()  # --rebuild trains even where the copy would match
+    prep.ship(made, tmp_path / "shipped", settings, sft)
+    prep.prepare(tmp_path / "c", steps=5, sft_path=str(sft), shipped=tmp_path / "shipped", rebuild=True)
+    assert built == [("model", "tiny", 0), ("warm", 5)]
