@@ -256,8 +256,7 @@ def test_prepare_copies_a_matching_shipped_copy_and_rebuilds_a_tampered_one(tmp_
         Path(warm).mkdir(parents=True)
         (Path(warm) / "model.safetensors").write_bytes(b"trained here")
 
-    monkeypatch.setattr(prep, "make_model", fake_make_model)
-    monkeypatch.setattr(prep, "warm_start", fake_warm_start)
+    monkeypatch.setattr(prep, "_builders", lambda: (fake_make_model, fake_warm_start))
     sft = tmp_path / "sft.jsonl"
     sft.write_text('{"prompt": "1+1", "response": "2"}\n')
     settings = {"size": "tiny", "steps": 5, "seed": 0, "sft": str(sft)}

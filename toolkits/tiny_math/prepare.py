@@ -25,11 +25,6 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
-
-from toolkits.tiny_math.make_model import make_model
-from toolkits.tiny_math.warm_start import warm_start
-
 STAMP = "READY"
 SHIPPED_MANIFEST = "SHIPPED.json"
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "examples" / "math" / "assets" / "tiny_math_warm"
@@ -79,13 +74,22 @@ def ship(warm: Path, shipped: Path, settings: dict, sft_path: str | Path) -> Non
     (shipped / SHIPPED_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
+def _builders():
+    """``(make_model, warm_start)``, imported only when a build is needed: torch and transformers
+    take ~30 s to import on a fresh 2-core machine, longer than copying the shipped folder."""
+    from toolkits.tiny_math.make_model import make_model
+    from toolkits.tiny_math.warm_start import warm_start
+
+    return make_model, warm_start
+
+
 def prepare(out: str | Path, size: str = "tiny", steps: int = 800, seed: int = 0,
             sft_path: str = "examples/math/data/sft.jsonl", rebuild: bool = False,
-            shipped: Path | None = SHIPPED_DIR) -> Path:
+            shipped: Path | None = SHIPPED_DIR, threads: int | None = None) -> Path:
     """``<out>/warm``: the warm-started model (built only if missing or built differently).
 
     Unless ``rebuild``, a shipped warm start with the same settings and data is copied instead of
-    trained (see the module docstring).
+    trained (see the module docstring). ``threads``: torch's thread count for a build.
     """
     out = Path(out)
     warm, stamp = out / "warm", out / "warm" / STAMP
@@ -102,6 +106,11 @@ def prepare(out: str | Path, size: str = "tiny", steps: int = 800, seed: int = 0
               f"`python -m toolkits.tiny_math.prepare --rebuild` trains it here)", flush=True)
         return warm
     t = time.perf_counter()
+    make_model, warm_start = _builders()
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     make_model(out / "base", size, seed)
     print(f"[tiny_math] built a random {size} Qwen2 model + tokenizer in {out / 'base'}; "
           f"warm start ({steps} supervised steps on {sft_path}; not the shipped copy: {why_not}) ...",
@@ -125,8 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ship", default=None, metavar="DIR",
                    help="after building, copy the result and its manifest to DIR (maintainers)")
     a = p.parse_args(argv)
-    torch.set_num_threads(a.threads)
-    warm = prepare(a.out, a.size, a.steps, a.seed, a.sft, rebuild=a.rebuild)
+    warm = prepare(a.out, a.size, a.steps, a.seed, a.sft, rebuild=a.rebuild, threads=a.threads)
     if a.ship:
         settings = {"size": a.size, "steps": a.steps, "seed": a.seed, "sft": str(a.sft)}
         ship(warm, Path(a.ship), settings, a.sft)
