@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's main job: set up .venv (idempotent), build the tiny math model once (random tiny
-# Qwen2 + local tokenizer + a short supervised warm start, cached in results/tiny_math), then run
-# GRPO on it with the embedded default config on local Ray, CPU.
+# The README's main job: set up .venv (idempotent), put the tiny math model in results/tiny_math
+# (the shipped warm start, hashes checked; `python -m toolkits.tiny_math.prepare --rebuild` trains
+# it from random weights), then run GRPO on it with the embedded default config on local Ray, CPU.
 # Extra arguments are Hydra overrides, e.g. `bash scripts/main.sh runner.max_steps=10`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
