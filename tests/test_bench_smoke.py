@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import subprocess
 import sys
 import tempfile
@@ -116,10 +117,22 @@ def _pushcube_problem() -> str | None:
     return f"ManiSkill cannot render here: {problem}" if problem else None
 
 
+#: the two embodied side-by-side scripts (PushCube PPO, PickCube SAC: ~1.5 and ~3 min alone, 5-8 min
+#: under the suite's load) run only with this variable set to 1; the default suite covers their runs
+#: in tests/runners (test_embodied_simulators_e2e, test_embodied_offpolicy_runner) and their stop
+#: rules below, and keeps CI inside its limit
+EMBODIED_ENV = "RLINF_BENCH_SMOKE_EMBODIED"
+EMBODIED_SKIP = pytest.mark.skipif(os.environ.get(EMBODIED_ENV) != "1",
+                                   reason=f"slow embodied bench scripts: set {EMBODIED_ENV}=1 to run them")
+
+
 def _selected_scripts(session: pytest.Session) -> set[str]:
     """The scripts whose tests this session will run (``-k`` and friends deselect the rest)."""
     chosen = set()
     for item in session.items:
+        if item.get_closest_marker("skipif") is not None and any(
+                m.args and m.args[0] is True for m in item.iter_markers("skipif")):
+            continue  # skipped by a condition known now (not installed, EMBODIED_ENV unset)
         module = getattr(item, "module", None)  # doctest items have none
         if module is not None and module.__name__ == __name__:
             callspec = getattr(item, "callspec", None)
@@ -155,6 +168,7 @@ def test_bench_quick_mode_prints_a_table(bench_runs, script):
 
 @pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
+@EMBODIED_SKIP
 def test_pushcube_side_by_side_quick_prints_both_rows(bench_runs):
     problem = _pushcube_problem()
     if problem:
@@ -168,6 +182,7 @@ def test_pushcube_side_by_side_quick_prints_both_rows(bench_runs):
 
 @pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
+@EMBODIED_SKIP
 def test_pickcube_sac_quick_prints_every_arm(bench_runs):
     """bench_pickcube_sac.py --quick: the single file, ours sync and ours async, one row each and
     the ratio rows (PickCube SAC, issue 28)."""
