@@ -99,10 +99,11 @@ esac
 echo "[setup] compiling the modules the workers import (once)"
 "$venv/bin/python" - <<'PY'
 import importlib
-for name in ("torch", "torch.distributed.fsdp", "transformers", "transformers.models.qwen2.modeling_qwen2",
-             "ray", "ray._private.workers.default_worker", "rlinf.runners.math.recipe",
-             "rlinf.workers.actor.fsdp_actor", "rlinf.workers.rollout.generation_worker",
-             "rlinf.workers.reward.math_reward_worker"):
+for name in ("torch", "torch.distributed.fsdp", "torch.distributed.checkpoint", "transformers",
+             "transformers.models.qwen2.modeling_qwen2", "transformers.generation.utils", "safetensors.torch",
+             "accelerate", "hydra", "omegaconf", "math_verify", "ray", "ray._private.workers.default_worker",
+             "rlinf.runners.math.recipe", "rlinf.workers.actor.fsdp_actor",
+             "rlinf.workers.rollout.generation_worker", "rlinf.workers.reward.math_reward_worker"):
     try:
         importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - a warm-up only; the command itself reports real errors
