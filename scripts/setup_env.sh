@@ -101,13 +101,13 @@ echo "[setup] compiling the modules the workers import (once)"
 import importlib
 for name in ("torch", "torch.distributed.fsdp", "torch.distributed.checkpoint", "transformers",
              "transformers.models.qwen2.modeling_qwen2", "transformers.generation.utils", "safetensors.torch",
-             "accelerate", "hydra", "omegaconf", "math_verify", "ray", "ray._private.workers.default_worker",
+             "hydra", "omegaconf", "math_verify", "ray", "ray._private.workers.default_worker",
              "rlinf.runners.math.recipe", "rlinf.workers.actor.fsdp_actor",
              "rlinf.workers.rollout.generation_worker", "rlinf.workers.reward.math_reward_worker"):
     try:
         importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001 - a warm-up only; the command itself reports real errors
-        print(f"[setup] (warm-up import of {name} skipped: {type(exc).__name__})")
+    except Exception:  # noqa: BLE001 - a warm-up only (e.g. an extra not installed); commands report real errors
+        pass
 PY
 mkdir -p "$marks"
 for e in "${missing[@]}"; do echo "$hash" > "$marks/$e"; done
