@@ -130,8 +130,7 @@ def _selected_scripts(session: pytest.Session) -> set[str]:
     """The scripts whose tests this session will run (``-k`` and friends deselect the rest)."""
     chosen = set()
     for item in session.items:
-        if item.get_closest_marker("skipif") is not None and any(
-                m.args and m.args[0] is True for m in item.iter_markers("skipif")):
+        if any(m.args and m.args[0] is True for m in item.iter_markers("skipif")):
             continue  # skipped by a condition known now (not installed, EMBODIED_ENV unset)
         module = getattr(item, "module", None)  # doctest items have none
         if module is not None and module.__name__ == __name__:

@@ -30,6 +30,15 @@ SHIPPED_MANIFEST = "SHIPPED.json"
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "examples" / "math" / "assets" / "tiny_math_warm"
 
 
+def build_settings(size: str, steps: int, seed: int, sft_path: str | Path) -> dict:
+    """What a build depends on, as the ``READY`` stamp and ``SHIPPED.json`` record it.
+
+    >>> build_settings("tiny", 800, 0, "examples/math/data/sft.jsonl")["steps"]
+    800
+    """
+    return {"size": size, "steps": steps, "seed": seed, "sft": str(sft_path)}
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -93,7 +102,7 @@ def prepare(out: str | Path, size: str = "tiny", steps: int = 800, seed: int = 0
     """
     out = Path(out)
     warm, stamp = out / "warm", out / "warm" / STAMP
-    settings = {"size": size, "steps": steps, "seed": seed, "sft": str(sft_path)}
+    settings = build_settings(size, steps, seed, sft_path)
     if not rebuild and stamp.is_file() and json.loads(stamp.read_text()) == settings:
         return warm
     shutil.rmtree(out, ignore_errors=True)
@@ -136,8 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     warm = prepare(a.out, a.size, a.steps, a.seed, a.sft, rebuild=a.rebuild, threads=a.threads)
     if a.ship:
-        settings = {"size": a.size, "steps": a.steps, "seed": a.seed, "sft": str(a.sft)}
-        ship(warm, Path(a.ship), settings, a.sft)
+        ship(warm, Path(a.ship), build_settings(a.size, a.steps, a.seed, a.sft), a.sft)
         print(f"[tiny_math] shipped {warm} -> {a.ship}")
     print(warm)
 
