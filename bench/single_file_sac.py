@@ -59,7 +59,7 @@ class Args:
     seed: int = 1
     minutes: float = 30.0
     stop_at: float | None = None
-    threads: int = 1
+    threads: int = 0  # 0: torch's default, every core (CleanRL leaves it; 2 threads update 1.4x faster here)
 
 
 def make_env(args: Args):
@@ -157,7 +157,8 @@ def train(args: Args, log=lambda m: print(m, flush=True)) -> list[dict]:
     ``{env_steps, updates, minutes, eval_success, env_steps_per_s}``."""
     t_start = time.perf_counter()
     torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     envs, eval_envs = Envs(args, args.num_envs), Envs(args, args.num_envs)
     obs = envs.reset(args.seed * 1000)
     obs_dim, act_dim = obs.shape[1], envs.low.shape[0]

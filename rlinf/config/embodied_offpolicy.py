@@ -248,14 +248,20 @@ class OffPolicyRunnerConfig(RunnerConfig):
             env, then update; ``async``: the rollout workers keep simulating and acting while the
             actor updates, picking up pushed weights between policy steps (RLinf: the
             ``train_async.py`` entry; our key).
+        learner_threads: torch threads of the actor process (the learner's updates); null: in
+            sync mode every core of its node (env and rollout workers wait while it updates), in
+            async mode its slots' share of the node's cores (they simulate meanwhile). Our key.
     """
 
     weight_sync_interval: int = 1
     rollout_mode: Literal["sync", "async"] = "sync"
+    learner_threads: int | None = None
 
     def validate(self, path: str) -> None:
         check(self.weight_sync_interval >= 1, f"{path}.weight_sync_interval",
               f"must be >= 1, got {self.weight_sync_interval}")
+        check(self.learner_threads is None or self.learner_threads >= 1, f"{path}.learner_threads",
+              f"must be >= 1 or null (chosen from the mode), got {self.learner_threads}")
 
 
 def _no_changes(section: Any, default: Any, path: str, reason: str) -> None:

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,17 @@ def transition_spec(obs_dim: int, action_dim: int) -> dict[str, tuple[tuple[int,
     return {"obs": ((obs_dim,), torch.float32), "action": ((action_dim,), torch.float32),
             "reward": ((), torch.float32), "next_obs": ((obs_dim,), torch.float32),
             "terminated": ((), torch.bool), "discount": ((), torch.float32)}
+
+
+def transition_bytes(obs_dim: int, action_dim: int) -> int:
+    """Bytes of one row of :func:`transition_spec` (what a buffer preallocates per transition).
+
+    Example:
+        >>> transition_bytes(42, 4)       # PickCube from state: 300 000 rows are 103 MiB
+        361
+    """
+    return sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+               for shape, dtype in transition_spec(obs_dim, action_dim).values())
 
 
 class ReplayBuffer:

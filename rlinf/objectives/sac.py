@@ -133,7 +133,8 @@ class SACLearner:
         self.target = None if self.crossq else copy.deepcopy(self.critic).requires_grad_(False)
         self.alpha_param = _alpha_param(s.initial_alpha, s.alpha_type).requires_grad_(s.autotune)
         self.target_entropy = -float(action_dim) if s.target_entropy is None else float(s.target_entropy)
-        adam = {"betas": tuple(s.adam_betas), "eps": s.adam_eps}
+        # fused Adam: one kernel per step instead of one per tensor (~10 % of a CPU update here)
+        adam = {"betas": tuple(s.adam_betas), "eps": s.adam_eps, "fused": True}
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=s.actor_lr, **adam)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=s.critic_lr, **adam)
         self.alpha_opt = torch.optim.Adam([self.alpha_param], lr=s.alpha_lr) if s.autotune else None

@@ -356,11 +356,12 @@ def _web(cfg, plan, capacity: Capacity, on_gpu: bool) -> MemoryEstimate:
     return MemoryEstimate(out)
 
 
-def estimate(cfg: Any, plan, capacity: Capacity) -> MemoryEstimate:
+def estimate(cfg: Any, plan, capacity: Capacity, extra: dict | None = None) -> MemoryEstimate:
     """Every placed role's memory per rank for ``cfg`` (a Math / Embodied / WebAgent config) on
     ``plan``. A GPU run (``capacity.accelerator_bytes`` known) keeps model state on the device; a CPU
     run holds everything in the node's RAM. A role whose model shape cannot be read is left out
-    with a note."""
+    with a note. ``extra``: component -> more :class:`MemoryItem` s its recipe knows after its
+    checks (an off-policy run's replay buffer)."""
     from rlinf.config.embodied import EmbodiedConfig
     from rlinf.config.math import MathConfig
 
@@ -370,6 +371,10 @@ def estimate(cfg: Any, plan, capacity: Capacity) -> MemoryEstimate:
         est = build(cfg, plan, capacity, on_gpu)
     except ConfigError as exc:
         return MemoryEstimate({}, (f"not estimated: {exc}",))
+    for name, items in (extra or {}).items():
+        if name in est.components:
+            c = est.components[name]
+            est.components[name] = ComponentMemory(c.component, (*c.items, *items), c.remedies, c.note)
     if not on_gpu:
         est = MemoryEstimate({n: ComponentMemory(c.component, tuple(_on_host(list(c.items))), c.remedies, c.note)
                               for n, c in est.components.items()}, est.notes)
@@ -402,16 +407,18 @@ def _planned(cfg, capacity: Capacity):
     return cfg.cluster.plan(cfg.cluster.shape(count))
 
 
-def check_before_ray(cfg: Any, print_fn=print, capacity: Capacity | None = None) -> MemoryEstimate | None:
+def check_before_ray(cfg: Any, print_fn=print, capacity: Capacity | None = None,
+                     extra: dict | None = None) -> MemoryEstimate | None:
     """The start-up estimate of every recipe (``cluster.memory_check``): prints it, then warns
     about (``warn``) or refuses (``error``: :class:`ConfigError` on ``cluster.memory_check``) a
-    device it exceeds; ``off``: nothing. Returns the estimate (None when off)."""
+    device it exceeds; ``off``: nothing. ``extra`` as in :func:`estimate`. Returns the estimate
+    (None when off)."""
     mode = cfg.cluster.memory_check
     if mode in ("off", False):  # a bare YAML off reads as false
         return None
     capacity = capacity or run_capacity(cfg.cluster)
     plan = _planned(cfg, capacity)
-    est = estimate(cfg, plan, capacity)
+    est = estimate(cfg, plan, capacity, extra)
     for line in render_memory(plan, est, capacity).splitlines():
         print_fn(f"[rlinf] {line}")
     over = check_capacity(plan, est, capacity)

@@ -73,6 +73,11 @@ class Recipe:
         """Start-up lines about the run (printed after the cluster starts)."""
         return []
 
+    def memory_items(self, start: RunStart) -> dict[str, tuple]:
+        """Memory the config alone does not show, known after :meth:`prepare` (component ->
+        :class:`~rlinf.scheduler.memory.MemoryItem` s added to its estimate); default none."""
+        return {}
+
     def open_logger(self, start: RunStart):
         """The run's :class:`~rlinf.utils.metric_logger.MetricLogger` (``runner.logger``)."""
         from rlinf.runners.launch import open_logger
@@ -113,7 +118,7 @@ def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, 
     from rlinf.scheduler.errors import OutOfMemoryError
 
     start = recipe.prepare(raw)
-    check_before_ray(start.cfg, print_fn)  # cluster.memory_check: the estimate, before Ray
+    check_before_ray(start.cfg, print_fn, extra=recipe.memory_items(start))  # cluster.memory_check, before Ray
     cluster, plan = start_cluster(start.cfg, print_fn)
     for line in recipe.describe(start, plan):
         print_fn(f"[rlinf] {line}")

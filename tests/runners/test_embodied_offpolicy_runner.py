@@ -5,6 +5,7 @@ exit code 2 through the entry point, before Ray."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -161,6 +162,8 @@ BAD = {
     "batch": (lambda c: c["actor"].update(global_batch_size=501),
               "actor.global_batch_size: 501 transitions per batch, but algorithm.replay_buffer.capacity holds at most"),
     "tau": (lambda c: c["algorithm"].update(tau=0.0), "algorithm.tau: must be in (0, 1], got 0.0"),
+    "learner_threads": (lambda c: c["runner"].update(learner_threads=0),
+                        "runner.learner_threads: must be >= 1 or null (chosen from the mode), got 0"),
     "no_q_head": (lambda c: c["actor"]["model"].update(model_type="mlp"),
                   "actor.model.model_type: mlp has no Q head"),
     "vla": (lambda c: c["actor"]["model"].update(model_type="openvla"),
@@ -199,3 +202,41 @@ def test_the_embodied_entry_picks_the_off_policy_recipe_and_refuses_sac_without_
     assert out.returncode == 2, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("config error: actor.model.model_type: mlp has no Q head"), lines
+
+
+def test_learner_threads_take_every_core_in_sync_mode_and_the_slots_share_in_async_mode():
+    """Sync: the env and rollout workers wait while the learner updates, so it gets the node's
+    cores; async: they simulate meanwhile, so it keeps its slots' share; the key overrides both."""
+    from types import SimpleNamespace as NS
+
+    from rlinf.config.embodied_offpolicy import OffPolicyRunnerConfig
+    from rlinf.runners.embodied_offpolicy.loop import learner_threads
+    from rlinf.scheduler.cluster import NodeInfo
+    from rlinf.scheduler.placement import ClusterShape, plan_placement
+
+    node = NodeInfo(0, "n", "127.0.0.1", num_accelerators=4, has_gpus=False, is_head=True, num_cpus=8)
+    cluster = NS(is_local=False, node=lambda rank: node)
+    plan = plan_placement({"env": "0-2", "rollout": 3, "actor": 3}, ClusterShape(1, 4))
+    runner = OffPolicyRunnerConfig(task_type="embodied")
+    assert learner_threads(runner, cluster, plan) == 8
+    assert learner_threads(dataclasses.replace(runner, rollout_mode="async"), cluster, plan) == 2
+    assert learner_threads(dataclasses.replace(runner, learner_threads=3), cluster, plan) == 3
+    assert learner_threads(runner, NS(is_local=True), plan) is None
+
+
+def test_the_memory_estimate_before_ray_holds_the_replay_buffer(tmp_path):
+    """The buffer is preallocated in the actor process: capacity x one row's bytes (two states,
+    the action, reward and discount in fp32, the termination flag in one byte)."""
+    from rlinf.runners.embodied_offpolicy.recipe import OffPolicyRecipe
+    from rlinf.runners.memory_plan import check_before_ray
+
+    recipe = OffPolicyRecipe()
+    start = recipe.prepare(sac_config(tmp_path))
+    obs_dim = start.obs_specs["train"].state_dim
+    (buffer,) = recipe.memory_items(start)["actor"]
+    assert buffer.name == "replay buffer" and buffer.where == "host"
+    assert buffer.bytes == 500 * ((2 * obs_dim + 2 + 2) * 4 + 1)
+    lines: list[str] = []
+    est = check_before_ray(start.cfg, lines.append, extra=recipe.memory_items(start))
+    assert any("replay buffer" in line for line in lines), lines
+    assert buffer in est.components["actor"].items

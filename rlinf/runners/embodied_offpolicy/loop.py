@@ -91,7 +91,8 @@ def launch_offpolicy_groups(start, cluster: Cluster, plan: PlacementPlan) -> Off
                                          high.tolist(), seed, start.demos),
                                    kwargs={"channel": channel, "queue": queue,
                                            "rollout_world_size": plan.component("rollout").world_size,
-                                           "bootstrap_always": algo.bootstrap_type == "always"}, wait=False)
+                                           "bootstrap_always": algo.bootstrap_type == "always",
+                                           "threads": learner_threads(cfg.runner, cluster, plan)}, wait=False)
         launched.append(actor)
         rollout.wait_started()
         actor.wait_started()
@@ -105,6 +106,26 @@ def launch_offpolicy_groups(start, cluster: Cluster, plan: PlacementPlan) -> Off
             channel.close()
         raise
     return OffPolicyGroups(env, rollout, actor, obs_spec, channel=channel)
+
+
+def learner_threads(runner, cluster: Cluster, plan: PlacementPlan) -> int | None:
+    """Torch threads of the actor process: ``runner.learner_threads``, else in sync mode every
+    core of its node (the env and rollout workers wait while it updates) and in async mode its
+    slots' share (they simulate meanwhile). None on the local backend (one process: its executor
+    shares the cores per call).
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> learner_threads(NS(learner_threads=3, rollout_mode="sync"), NS(is_local=False), None)
+        3
+    """
+    if getattr(cluster, "is_local", False):
+        return None
+    if runner.learner_threads is not None:
+        return runner.learner_threads
+    proc = plan.component("actor").processes[0]
+    node = cluster.node(proc.node)
+    return node.num_cpus if runner.rollout_mode == "sync" else node.threads_for(len(proc.accelerators))
 
 
 class OffPolicyRunner(ScheduledRunner):

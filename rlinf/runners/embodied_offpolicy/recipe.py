@@ -49,6 +49,23 @@ class OffPolicyRecipe(Recipe):
                 f"groups {cfg.env.group_name} (env), {cfg.rollout.group_name} (rollout), {cfg.actor.group_name} "
                 f"(actor); links: {link_labels(cfg)}"]
 
+    def memory_items(self, start: OffPolicyStart) -> dict[str, tuple]:
+        """The replay buffer (and the demonstrations) in the actor process: preallocated, sized by
+        ``replay_buffer.capacity`` and the probed observation size."""
+        from rlinf.data.replay_buffer import transition_bytes
+        from rlinf.scheduler.memory import MemoryItem
+
+        spec = start.obs_specs["train"]
+        obs_dim, action_dim = spec.state_dim, int(start.cfg.actor.model.policy.action_dim)
+        row = transition_bytes(obs_dim, action_dim)
+        cap = start.cfg.algorithm.replay_buffer.capacity
+        items = [MemoryItem("replay buffer", cap * row, where="host",
+                            note=f"{cap} transitions x {row} B ({obs_dim}-number states)")]
+        if start.demos is not None:
+            n = int(start.demos["reward"].shape[0])
+            items.append(MemoryItem("demonstrations", n * row, where="host", note=f"{n} transitions x {row} B"))
+        return {"actor": tuple(items)}
+
     def recovery(self, raw: dict):
         from rlinf.config.embodied_offpolicy import OffPolicyRunnerConfig
         from rlinf.runners.recovery import runner_recovery

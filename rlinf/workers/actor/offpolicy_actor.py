@@ -61,13 +61,16 @@ class OffPolicyActorWorker(Worker):
         rollout_world_size: rollout workers a weight push goes to.
         bootstrap_always: ``algorithm.bootstrap_type: always``: every transition bootstraps, a
             termination too (ManiSkill's ``bootstrap_at_done: always``).
+        threads: torch threads of this process (``runner.learner_threads``, see
+            :func:`~rlinf.runners.embodied_offpolicy.loop.learner_threads`); None: as launched.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, settings: SACSettings, buffer: BufferSettings,
                  action_low=None, action_high=None, seed: int = 0, demos: dict[str, torch.Tensor] | None = None,
                  channel: Any = None, queue: str = "replay_buffer", rollout_world_size: int = 1,
-                 bootstrap_always: bool = False):
+                 bootstrap_always: bool = False, threads: int | None = None):
         buffer.validate()
+        self.threads = threads
         self.channel, self.queue, self.rollout_world_size = channel, queue, rollout_world_size
         self.bootstrap_always = bootstrap_always
         self.version = 0        # training steps that updated: the learner's policy version
@@ -159,6 +162,8 @@ class OffPolicyActorWorker(Worker):
         """``num_updates`` learner updates (none before ``min_buffer_size`` rows); the metrics'
         means, with the buffer's size and memory."""
         b = self.buffer_settings
+        if self.threads is not None:  # per calling thread under OpenMP: Ray runs calls on its own threads
+            torch.set_num_threads(self.threads)
         out = {"buffer/size": float(len(self.buffer)), "buffer/memory_mb": self.buffer.memory_bytes / 2**20}
         if len(self.buffer) < b.min_buffer_size or num_updates < 1:
             return {**out, "actor/updates": 0.0}
