@@ -49,7 +49,7 @@ def transition_bytes(obs_dim: int, action_dim: int) -> int:
         >>> transition_bytes(42, 4)       # PickCube from state: 300 000 rows are 103 MiB
         361
     """
-    return sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return sum(math.prod(shape) * dtype.itemsize
                for shape, dtype in transition_spec(obs_dim, action_dim).values())
 
 
