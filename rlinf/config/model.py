@@ -150,7 +150,9 @@ class PolicyModelConfig:
             π0 and 1024, 512, 256 for π0.5, or the checkpoint's stored head).
         init_log_std: mlp / cnn: initial log standard deviation of the Gaussian actions.
         shared_critic_encoder: cnn: the critic reads the actor's image encoder (else it has its
-            own).
+            own). flow_mlp: the value head reads the state encoder's features (else the critic
+            is its own Tanh MLP on the state, as mlp's, and the encoder is the actor's alone). mlp
+            always has a separate critic.
         add_value_head: build a value head (actor-critic, PPO); false for critic-free algorithms
             (GRPO), then values are null.
         noise_method: flow_mlp / pi0 / pi05: πRL's exploration, flow_sde (one stochastic
@@ -168,6 +170,10 @@ class PolicyModelConfig:
         ignore_last: flow_mlp / pi0 / pi05 flow_sde: never sample the last denoising step.
         detach_critic_input: flow_mlp: the value head's gradient stops at the state encoder;
             pi0 / pi05: at its input (the expert's or the VLM's output).
+        residual_velocity: flow_mlp: the velocity field is ``x_t - MLP(x_t, t, features)`` (a skip
+            connection from the point to the velocity) instead of ``MLP(...)``: the untrained
+            policy then shrinks the initial noise by ``(1 - 1/N)^N`` over its ``N`` Euler steps
+            rather than passing it into the action.
         action_env_dim: pi0 / pi05: the env's action dimensions, taken from the model's padded 32
             (RLinf's name); null = action_dim, which it must equal when set.
         action_horizon: pi0 / pi05: actions the checkpoint predicts per chunk (``H``; null =
@@ -217,6 +223,7 @@ class PolicyModelConfig:
     joint_logprob: bool = rule(False, scope="embodied")
     ignore_last: bool = rule(False, scope="embodied")
     detach_critic_input: bool = rule(False, scope="embodied")
+    residual_velocity: bool = rule(False, scope="embodied")
     action_env_dim: int | None = rule(None, scope="embodied")
     action_horizon: int | None = rule(None, scope="embodied")
     value_after_vlm: bool = rule(False, scope="embodied")

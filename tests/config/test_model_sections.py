@@ -28,8 +28,9 @@ def test_the_three_sections_share_no_key():
     # every actor.model key of before the split (54) + the flow policy's 8 (noise_method, noise_level,
     # noise_logvar_range, num_steps, action_chunk, joint_logprob, ignore_last, detach_critic_input)
     # + sac_mlp's 2 (num_q_heads, q_head_type) + π0's 7 (action_env_dim, action_horizon, value_after_vlm,
-    # train_expert_only, discrete_state_input, tokenizer_path, extra_delta_transform)
-    assert len(names[0] | names[1] | names[2]) == 71
+    # train_expert_only, discrete_state_input, tokenizer_path, extra_delta_transform) + flow_mlp's
+    # residual_velocity
+    assert len(names[0] | names[1] | names[2]) == 72
 
 
 @pytest.mark.parametrize("raw, key, text", [

@@ -21,7 +21,9 @@ def _policy(**kw) -> FlowPolicy:
 
 
 @pytest.mark.parametrize("kw", [dict(noise_method="flow_sde"), dict(noise_method="flow_sde", ignore_last=True),
-                                dict(noise_method="flow_noise", joint_logprob=True)])
+                                dict(noise_method="flow_noise", joint_logprob=True),
+                                dict(noise_method="flow_noise", joint_logprob=True, residual_velocity=True,
+                                     separate_critic=True)])
 def test_act_and_evaluate_give_the_same_logprobs(kw):
     torch.manual_seed(0)
     policy = _policy(**kw)
@@ -58,7 +60,7 @@ def test_deterministic_act_is_the_euler_ode_from_its_initial_noise():
     assert not bool(mask.any()) and torch.equal(a.actions, b.actions)
     assert torch.equal(chain[:, 0], torch.randn(3, 2, 3, generator=torch.Generator().manual_seed(2)))
     with torch.no_grad():  # a plain Euler loop from x_0, t = 1, 0.75, 0.5, 0.25
-        velocity, x = policy._velocity_fn(policy._features(states)), chain[:, 0]
+        velocity, x = policy._velocity_fn(policy.encoder(states)), chain[:, 0]
         for t in (1.0, 0.75, 0.5, 0.25):
             x = x - 0.25 * velocity(x, torch.full((3,), t))[0]
     assert torch.allclose(chain[:, -1], x, atol=1e-6) and torch.allclose(a.actions, x.clamp(-1, 1), atol=1e-6)
@@ -75,6 +77,34 @@ def test_value_head_and_detach_critic_input():
     assert policy.act(states=states).values is None
     with pytest.raises(ValueError, match="add_value_head"):
         policy.value(states=states)
+
+
+def test_separate_critic_reads_the_state_and_leaves_the_encoder_to_the_actor():
+    states = torch.randn(4, 5)
+    policy = _policy(separate_critic=True)
+    assert policy.critic[0].in_features == 5  # the state, not the encoder's 16 features
+    assert isinstance(policy.critic[1], torch.nn.Tanh)
+    values = policy.value(states=states)
+    assert torch.allclose(values, policy.critic(states).squeeze(-1))
+    values.sum().backward()
+    assert policy.encoder[0].weight.grad is None  # the value loss never reaches the actor's encoder
+    assert torch.allclose(policy.act(states=states).values, values)
+    with pytest.raises(ValueError, match="detach_critic_input"):
+        _policy(separate_critic=True, detach_critic_input=True)
+
+
+def test_residual_velocity_contracts_the_initial_noise_by_hand():
+    """With the MLP's output at 0 the field is ``v = x``: each Euler step multiplies by ``1 - 1/N``,
+    so the ODE action is ``(3/4)^4 x_0`` for N = 4 (plain field: ``x_0`` itself)."""
+    states = torch.randn(3, 5)
+    for residual, factor in ((True, 0.75 ** 4), (False, 1.0)):
+        policy = _policy(residual_velocity=residual)
+        with torch.no_grad():
+            policy.velocity_out.weight.zero_()
+            policy.velocity_out.bias.zero_()
+        out = policy.act(states=states, deterministic=True, generator=torch.Generator().manual_seed(6))
+        chain, _ = policy.unpack(out.raw_actions)
+        assert torch.allclose(chain[:, -1], factor * chain[:, 0], atol=1e-6)
 
 
 def test_time_features_follow_pi0_periods():
@@ -103,6 +133,15 @@ def test_factory_builds_flow_mlp_and_refuses_misused_keys(tmp_path):
     with pytest.raises(ConfigError) as err:
         build_policy({"model_type": "mlp", "action_dim": 3, "num_steps": 8}, SPEC)
     assert err.value.key == "actor.model.num_steps" and "flow_mlp" in str(err.value)
+    sep = build_policy({**cfg, "detach_critic_input": False, "shared_critic_encoder": False,
+                        "residual_velocity": True}, SPEC)
+    assert sep.config.separate_critic and sep.config.residual_velocity and sep.critic[0].in_features == 5
+    with pytest.raises(ConfigError) as err:  # no encoder between the state and a separate critic
+        build_policy({**cfg, "shared_critic_encoder": False}, SPEC)
+    assert err.value.key == "actor.model.detach_critic_input"
+    with pytest.raises(ConfigError) as err:  # flow_mlp's own key: refused for the Gaussian MLP
+        build_policy({"model_type": "mlp", "action_dim": 3, "residual_velocity": True}, SPEC)
+    assert err.value.key == "actor.model.residual_velocity" and "flow_mlp" in str(err.value)
 
 
 def test_a_policy_gradient_step_raises_the_logprob_of_a_rewarded_chain():

@@ -10,7 +10,9 @@ Keys read per ``actor.model.model_type``:
 * ``flow_mlp`` (state observations, :mod:`rlinf.models.embodied.flow_policy`): action_dim,
   num_action_chunks (the flow's horizon; action_chunk null or equal), add_value_head,
   policy_hidden_sizes (velocity MLP, default 256, 256), hidden_size (state encoder width, default
-  256), critic_hidden_sizes, and the πRL keys noise_method, noise_level, noise_logvar_range,
+  256), critic_hidden_sizes, shared_critic_encoder (false: the critic is its own Tanh MLP on the
+  state, as mlp's, instead of a head on the state encoder), residual_velocity (``v = x_t - MLP``), and
+  the πRL keys noise_method, noise_level, noise_logvar_range,
   num_steps, joint_logprob, ignore_last, detach_critic_input (refused for every type but
   flow_mlp, pi0 and pi05); value_type chunk_level; model_path: a folder its ``save_pretrained``
   wrote.
@@ -77,6 +79,8 @@ PI0_TYPES = ("pi0", "pi05")
 #: πRL keys only the flow policies read (flow_mlp, pi0, pi05; refused elsewhere)
 FLOW_KEYS = ("noise_method", "noise_level", "noise_logvar_range", "num_steps", "action_chunk", "joint_logprob",
              "ignore_last", "detach_critic_input")
+#: keys only flow_mlp reads (refused elsewhere, π0 / π0.5 included: their velocity is the checkpoint's)
+FLOW_MLP_KEYS = ("residual_velocity",)
 #: keys only pi0 / pi05 read (refused elsewhere)
 PI0_KEYS = ("action_env_dim", "action_horizon", "value_after_vlm", "train_expert_only", "discrete_state_input",
             "tokenizer_path", "extra_delta_transform")
@@ -332,7 +336,7 @@ def check_model_folder(model_cfg: ActorModelConfig | Mapping[str, Any]) -> None:
 
 def _no_flow_keys(cfg: ActorModelConfig, model_type: str) -> None:
     """Refuses a πRL key (or a π0 key) set away from its default for a policy that does not read it."""
-    groups = ((FLOW_KEYS, ("flow_mlp",) + PI0_TYPES), (PI0_KEYS, PI0_TYPES))
+    groups = ((FLOW_KEYS, ("flow_mlp",) + PI0_TYPES), (PI0_KEYS, PI0_TYPES), (FLOW_MLP_KEYS, ("flow_mlp",)))
     for keys, readers in groups:
         if model_type in readers:
             continue
@@ -363,6 +367,9 @@ def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
                           f"got {list(rng)}")
     if p.ignore_last and p.num_steps < 2:
         raise ConfigError(f"{PATH}.ignore_last", "needs num_steps >= 2 (one step besides the last to sample)")
+    if p.detach_critic_input and not p.shared_critic_encoder:
+        raise ConfigError(f"{PATH}.detach_critic_input", "with shared_critic_encoder false the critic has its own "
+                          "network on the state, so there is no encoder to detach; remove one of the two")
     low, high = obs.bounds(action_dim)
     hidden = p.policy_hidden_sizes or (256, 256)
     config = FlowPolicyConfig(
@@ -371,6 +378,7 @@ def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
         critic_hidden_sizes=p.critic_hidden_sizes or hidden, num_steps=p.num_steps, noise_method=p.noise_method,
         noise_level=p.noise_level, noise_logvar_range=tuple(p.noise_logvar_range), joint_logprob=p.joint_logprob,
         ignore_last=p.ignore_last, add_value_head=p.add_value_head, detach_critic_input=p.detach_critic_input,
+        separate_critic=not p.shared_critic_encoder, residual_velocity=p.residual_velocity,
         action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))
     policy = _load_or_build(FlowPolicy, config, cfg.model_path)
     policy.do_sample = p.do_sample

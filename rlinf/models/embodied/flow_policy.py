@@ -4,10 +4,14 @@ log-probabilities (:mod:`rlinf.algorithms.flow_logprob`).
 Networks: a state encoder ``state -> [Linear, Tanh] x n -> features``; a velocity field
 ``v(x_t, t, features)`` over the action chunk ``x_t`` ``[K, A]``: ``concat(flatten(x_t),
 time_features(t), features) -> [Linear, SiLU] x m -> K * A``, with π0's sinusoidal time features
-(periods ``4e-3 * 1000^linspace(0, 1, d/2)``, ``[sin(2 pi t / p), cos(2 pi t / p)]``); for
+(periods ``4e-3 * 1000^linspace(0, 1, d/2)``, ``[sin(2 pi t / p), cos(2 pi t / p)]``), or with
+``residual_velocity`` ``v = x_t - MLP(...)`` (the untrained field then shrinks ``x_0`` by
+``(1 - 1/N)^N`` instead of passing it into the action, as noise no log-prob term accounts for); for
 Flow-Noise a noise head on the velocity net's last hidden layer whose tanh-squashed output gives a
 per-element std in ``noise_logvar_range`` (``[min_std, max_std]``); a value head (ReLU MLP) on the
-encoder features (``detach_critic_input`` stops its gradient into the encoder).
+encoder features (``detach_critic_input`` stops its gradient into the encoder), or with
+``separate_critic`` a critic of its own on the state (``[Linear, Tanh] x n -> 1``, as
+``model_type: mlp``'s), which leaves the encoder to the actor alone.
 
 ``act`` denoises ``x_0 ~ N(0, I)`` in ``num_steps`` steps; the env action is ``clamp(x_N)``.
 ``act(deterministic=True)`` runs the ODE (no stochastic step) from a sampled ``x_0``, as πRL
@@ -15,7 +19,9 @@ evaluates; on two PushCube checkpoints ``x_0 = 0`` succeeded less often (1 vs 2 
 ``act``'s ``raw_actions`` ``[N, K, (S+1) * A + S]`` carry what ``evaluate`` needs to recompute the same
 log-probs: for each action row ``k`` the chain's values ``x_0[k], ..., x_S[k]`` (``A`` each),
 then the ``S`` stochastic-step flags (the same in every row). ``logprobs`` ``[N, K, A]`` are the
-element-wise chain log-probs.
+element-wise chain log-probs. ``evaluate`` recomputes them with one velocity call over the
+stochastic ``(row, step)`` pairs (:func:`~rlinf.algorithms.flow_logprob.chain_logprob_gathered`):
+Flow-SDE evaluates the network once per row, not once per step.
 
 Example:
     >>> import torch
@@ -38,7 +44,7 @@ from torch import nn
 
 from rlinf.algorithms.flow_logprob import (
     NOISE_METHODS,
-    chain_logprob,
+    chain_logprob_gathered,
     pack_chain,
     sample_chain,
     squashed_std,
@@ -67,6 +73,10 @@ class FlowPolicyConfig:
         ignore_last: Flow-SDE never samples the last step.
         add_value_head: build the critic.
         detach_critic_input: the critic's gradient stops at the encoder features.
+        residual_velocity: the velocity is ``x_t - MLP(...)`` instead of ``MLP(...)``, so the
+            untrained field (output near 0) contracts ``x_0`` by ``(1 - 1/N)^N`` over the chain.
+        separate_critic: the critic is its own Tanh MLP on the state instead of a head on the
+            encoder features (then ``detach_critic_input`` has nothing to detach and must be False).
         critic_hidden_sizes: the critic's widths.
         action_low, action_high: env bounds the actions are clipped to.
     """
@@ -85,6 +95,8 @@ class FlowPolicyConfig:
     ignore_last: bool = False
     add_value_head: bool = True
     detach_critic_input: bool = False
+    separate_critic: bool = False
+    residual_velocity: bool = False
     critic_hidden_sizes: tuple[int, ...] = (256, 256)
     action_low: tuple[float, ...] | None = None
     action_high: tuple[float, ...] | None = None
@@ -131,7 +143,11 @@ class FlowPolicy(EmbodiedPolicy):
         self.velocity_out = layer_init(nn.Linear(width, flat), std=0.01)
         if config.noise_method == "flow_noise":
             self.noise_head = layer_init(nn.Linear(width, flat), std=0.01)
-        if config.add_value_head:
+        if config.separate_critic and config.detach_critic_input:
+            raise ValueError("detach_critic_input needs the critic on the encoder (separate_critic False)")
+        if config.add_value_head and config.separate_critic:
+            self.critic = mlp(config.state_dim, config.critic_hidden_sizes, 1, nn.Tanh, out_std=1.0)
+        elif config.add_value_head:
             self.critic = mlp(config.encoder_sizes[-1], config.critic_hidden_sizes, 1, nn.ReLU, out_std=1.0)
         low = torch.full((config.action_dim,), -1.0) if config.action_low is None else torch.tensor(config.action_low)
         high = torch.full((config.action_dim,), 1.0) if config.action_high is None else torch.tensor(config.action_high)
@@ -139,30 +155,42 @@ class FlowPolicy(EmbodiedPolicy):
         self.register_buffer("action_high", high.float(), persistent=False)
 
     # ---- pieces -----------------------------------------------------------------------------
-    def _features(self, states) -> torch.Tensor:
+    def _states(self, states) -> torch.Tensor:
         if states is None:
             raise ValueError("FlowPolicy needs states [N, D]")
         x = to_tensor(states, self.action_low.device).float()
         if x.dim() != 2 or x.shape[1] != self.config.state_dim:
             raise ValueError(f"states must be [N, {self.config.state_dim}], got {tuple(x.shape)}")
-        return self.encoder(x)
+        return x
+
+    def _velocity(self, x: torch.Tensor, t: torch.Tensor, features: torch.Tensor):
+        """``(v, std or None)`` at points ``x`` ``[M, K, A]``, times ``t`` ``[M]``, features ``[M, F]``."""
+        cfg = self.config
+        h = self.velocity_body(torch.cat([x.flatten(1), time_features(t, cfg.time_dim), features], dim=-1))
+        v = self.velocity_out(h).view_as(x)
+        if cfg.residual_velocity:
+            v = x - v
+        if cfg.noise_method != "flow_noise":
+            return v, None
+        return v, squashed_std(self.noise_head(h), cfg.noise_logvar_range).view_as(x)
 
     def _velocity_fn(self, features: torch.Tensor):
+        """The velocity for :func:`sample_chain`: the batch's rows in order."""
+        return lambda x, t: self._velocity(x, t, features)
+
+    def _rows_velocity_fn(self, features: torch.Tensor):
+        """The velocity for :func:`chain_logprob_gathered`: point ``m`` reads row ``rows[m]``'s features."""
+        return lambda x, t, rows: self._velocity(x, t, features[rows])
+
+    def _values(self, states: torch.Tensor, features: torch.Tensor | None) -> torch.Tensor | None:
         cfg = self.config
-
-        def velocity(x: torch.Tensor, t: torch.Tensor):
-            h = self.velocity_body(torch.cat([x.flatten(1), time_features(t, cfg.time_dim), features], dim=-1))
-            v = self.velocity_out(h).view_as(x)
-            if cfg.noise_method != "flow_noise":
-                return v, None
-            return v, squashed_std(self.noise_head(h), cfg.noise_logvar_range).view_as(x)
-
-        return velocity
-
-    def _values(self, features: torch.Tensor) -> torch.Tensor | None:
-        if not self.config.add_value_head:
+        if not cfg.add_value_head:
             return None
-        inp = features.detach() if self.config.detach_critic_input else features
+        if cfg.separate_critic:
+            inp = states
+        else:
+            features = self.encoder(states) if features is None else features
+            inp = features.detach() if cfg.detach_critic_input else features
         return self.critic(inp).squeeze(-1).float()
 
     def pack(self, chain: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -177,7 +205,8 @@ class FlowPolicy(EmbodiedPolicy):
     def act(self, states=None, images=None, wrist_images=None, instructions=None,
             deterministic: bool = False, generator: torch.Generator | None = None) -> PolicyOutput:
         cfg = self.config
-        features = self._features(states)
+        x = self._states(states)
+        features = self.encoder(x)
         b = features.shape[0]
         x0 = torch.randn(b, self.num_action_chunks, self.action_dim, generator=generator, device=features.device)
         mask = stochastic_mask(cfg.noise_method, b, cfg.num_steps, cfg.ignore_last, deterministic,
@@ -186,20 +215,21 @@ class FlowPolicy(EmbodiedPolicy):
                               cfg.noise_level, cfg.joint_logprob, mask, generator)
         actions = torch.maximum(torch.minimum(sample.chain[:, -1], self.action_high), self.action_low)
         return PolicyOutput(actions.float(), self.pack(sample.chain.detach(), mask), sample.logprobs,
-                            self._values(features), sample.entropy)
+                            self._values(x, features), sample.entropy)
 
     def evaluate(self, raw_actions: torch.Tensor, states=None, images=None, wrist_images=None,
                  instructions=None) -> PolicyOutput:
         cfg = self.config
-        features = self._features(states)
+        x = self._states(states)
+        features = self.encoder(x)
         chain, mask = self.unpack(to_tensor(raw_actions, features.device))
-        logprobs, entropy = chain_logprob(self._velocity_fn(features), chain, mask, cfg.noise_method,
-                                          cfg.noise_level, cfg.joint_logprob)
+        logprobs, entropy = chain_logprob_gathered(self._rows_velocity_fn(features), chain, mask, cfg.noise_method,
+                                                   cfg.noise_level, cfg.joint_logprob)
         actions = torch.maximum(torch.minimum(chain[:, -1], self.action_high), self.action_low)
-        return PolicyOutput(actions, raw_actions, logprobs, self._values(features), entropy)
+        return PolicyOutput(actions, raw_actions, logprobs, self._values(x, features), entropy)
 
     def value(self, states=None, images=None, wrist_images=None, instructions=None) -> torch.Tensor:
-        values = self._values(self._features(states))
+        values = self._values(self._states(states), None)
         if values is None:
             raise ValueError("this FlowPolicy has no value head (add_value_head: false)")
         return values
