@@ -125,7 +125,7 @@ def gaussian_entropy_of_std(std: torch.Tensor) -> torch.Tensor:
     return 0.5 * (1.0 + _LOG_2PI) + torch.log(std.float())
 
 
-def step_moments(method: NoiseMethod, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, delta: float,
+def step_moments(method: NoiseMethod, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, delta: float | torch.Tensor,
                  noise_level: float, t_first: float, noise_std: torch.Tensor | None,
                  stochastic: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std of one step for each batch row; rows where ``stochastic`` ``[B]`` is false take
@@ -134,8 +134,8 @@ def step_moments(method: NoiseMethod, x: torch.Tensor, v: torch.Tensor, t: torch
     Args:
         method: flow_sde or flow_noise.
         x, v: ``[B, H, A]``.
-        t: the step's time (scalar tensor).
-        delta: step size.
+        t: the step's time (a scalar tensor, or one per row broadcasting against ``x``).
+        delta: step size (a float, or a tensor broadcasting against ``x``).
         noise_level: Flow-SDE ``a``.
         t_first: ``t_1`` of the grid.
         noise_std: Flow-Noise std ``[B, H, A]``.
@@ -338,14 +338,8 @@ def chain_logprob_gathered(rows_velocity_fn: RowsVelocityFn, chain: torch.Tensor
     v, noise_std = rows_velocity_fn(x, t, rows)
     shape = (-1,) + (1,) * (x.dim() - 1)
     delta = (t - grid[steps + 1]).view(shape)
-    if method == "flow_sde":
-        mean, std = sde_step_moments(x, v, t.view(shape), delta, noise_level, float(grid[1]))
-    elif method == "flow_noise":
-        if noise_std is None:
-            raise ValueError("flow_noise needs the noise head's std")
-        mean, std = ode_step(x, v, delta), noise_std
-    else:
-        raise ValueError(f"noise_method must be one of {NOISE_METHODS}, got {method!r}")
+    every = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)  # each gathered pair is a stochastic step
+    mean, std = step_moments(method, x, v, t.view(shape), delta, noise_level, float(grid[1]), noise_std, every)
     step_lp = chain.new_zeros((b, n) + chain.shape[2:])
     entropies = chain.new_zeros((b, n) + chain.shape[2:])
     step_lp = step_lp.index_put((rows, steps), gaussian_logprob(target, mean, std))
