@@ -4,6 +4,7 @@
 # it from random weights), then run GRPO on it with the embedded default config on local Ray, CPU.
 # Extra arguments are Hydra overrides, e.g. `bash scripts/main.sh runner.max_steps=10`.
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE  # bytecode written once, not compiled again by each worker (setup_env.sh)
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh" --extras math  # the main job's extra only; the tests install every extra
 cd "$root"

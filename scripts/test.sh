@@ -8,6 +8,9 @@
 # pytest-xdist's replacement worker left the session waiting forever after the last test (seen in
 # CI and here on 2026-11-28: both workers idle, the controller never finishing).
 set -euo pipefail
+# The suite starts hundreds of processes (Ray workers, CLIs) importing the same modules: with
+# PYTHONDONTWRITEBYTECODE set, each compiles them again (a math group launch 56 s -> 21 s without it).
+unset PYTHONDONTWRITEBYTECODE
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh"
 cd "$root"

@@ -1,10 +1,25 @@
-"""Shared fixtures. Ray tests share one fake two-node cluster (2 nodes x 8 logical GPUs)."""
+"""Shared fixtures. Ray tests share one fake two-node cluster (2 nodes x 8 logical GPUs).
+
+Time limits: pytest-timeout's limit (``timeout`` in pyproject.toml, or a test's
+``@pytest.mark.timeout``) fails a test that runs past it, by SIGALRM, with its traceback; the
+worker goes on with the next test. A test stuck where the signal cannot reach it (a C call that
+never returns) is ended ``HARD_LIMIT_GRACE_S`` later by ``faulthandler``, which writes every
+thread's stack to a file first; when that ends a pytest-xdist worker, the controller's report of
+the crashed test carries the file (before this, a worker ended by pytest-timeout's thread method
+left only "node down: Not properly terminated").
+"""
 
 from __future__ import annotations
 
+import faulthandler
+import hashlib
 import os
+import tempfile
 
 import pytest
+
+HARD_LIMIT_GRACE_S = 60.0
+CRASH_DIR_ENV = "RLINF_TEST_CRASH_DIR"
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +40,58 @@ def ray_cluster():
     yield cluster
     ray.shutdown()
     fake.shutdown()
+
+
+def pytest_configure(config):
+    """The controller (or the single process) picks the folder of stack dumps; xdist workers,
+    started later from this process, inherit it through the environment."""
+    if CRASH_DIR_ENV not in os.environ:
+        os.environ[CRASH_DIR_ENV] = tempfile.mkdtemp(prefix="rlinf-test-stacks-")
+
+
+def crash_file(nodeid: str) -> str:
+    """Where the hard limit of the test ``nodeid`` writes its stacks."""
+    name = hashlib.sha1(nodeid.encode()).hexdigest()[:16] + ".txt"
+    return os.path.join(os.environ[CRASH_DIR_ENV], name)
+
+
+def soft_limit_s(item) -> float:
+    """The pytest-timeout limit of ``item`` in seconds (0: none): marker, then --timeout, then ini."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        return float(marker.args[0])
+    option = item.config.getoption("timeout", None)
+    if option is not None:
+        return float(option)
+    return float(item.config.getini("timeout") or 0)
+
+
+@pytest.fixture(autouse=True)
+def hard_time_limit(request):
+    """Ends the process with every thread's stack in ``crash_file`` if the test outlives its
+    pytest-timeout limit by ``HARD_LIMIT_GRACE_S``; the file is removed when the test ends."""
+    limit = soft_limit_s(request.node)
+    if limit <= 0:
+        yield
+        return
+    path = crash_file(request.node.nodeid)
+    with open(path, "w") as out:
+        faulthandler.dump_traceback_later(limit + HARD_LIMIT_GRACE_S, exit=True, file=out)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+    os.remove(path)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    """xdist: a crashed worker's report says whether the hard limit ended it, with the stacks."""
+    path = crash_file(crashitem)
+    stacks = open(path).read() if os.path.exists(path) else ""
+    if stacks:
+        report.longrepr = (f"{report.longrepr}\nended by the hard time limit (its pytest-timeout limit "
+                           f"+ {HARD_LIMIT_GRACE_S:.0f} s); its threads:\n{stacks}")
+    else:
+        report.longrepr = (f"{report.longrepr}\nnot ended by the time limit: the process died "
+                           "(a signal such as SIGKILL from the OOM killer, a segfault, or os._exit)")
