@@ -92,6 +92,49 @@ def test_the_update_recomputes_the_rollout_logprobs_and_values(folders, kind, kw
         assert policy.noise_head.mlp_logvar.moduleList[0].linear_1.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("kind, kw", [("pi0", dict(noise_method="flow_sde", ignore_last=True)),
+                                      ("pi0", dict(noise_method="flow_noise", joint_logprob=True))],
+                         ids=["flow_sde", "flow_noise"])
+def test_a_minibatch_mixing_rollout_calls_recomputes_as_step_by_step(folders, kind, kw):
+    """A minibatch gathers rows of rollout calls whose Flow-SDE step differs (here 0 and 1): the
+    gathered recompute (one expert pass over the stochastic (row, step) pairs, then the t = 1 pass
+    for the rows whose step 0 was not sampled) gives each call's recorded log-probs and values, and
+    the step-by-step ``chain_logprob``'s values and gradients."""
+    from rlinf.algorithms.flow_logprob import chain_logprob
+
+    torch.manual_seed(0)
+    policy = _policy(folders[kind], **kw)
+    obs = [_obs(2, seed=s) for s in (0, 1)]
+    outs, seed = [], 0
+    while len(outs) < 2:  # two calls whose stochastic steps differ (Flow-Noise: every step)
+        seed += 1
+        out = policy.act(**obs[len(outs)], generator=torch.Generator().manual_seed(seed))
+        step = unpack_chain(out.raw_actions, 3, policy.horizon, 32)[1].float().argmax(1)[0]
+        if not outs or kw["noise_method"] == "flow_noise" or step != outs[0][1]:
+            outs.append((out, step))
+    both = {k: (torch.cat([obs[0][k], obs[1][k]]) if k != "instructions" else obs[0][k] + obs[1][k])
+            for k in obs[0]}
+    raw = torch.cat([outs[0][0].raw_actions, outs[1][0].raw_actions])
+    policy.train()
+    again = policy.evaluate(raw, **both)
+    recorded = torch.cat([outs[0][0].logprobs, outs[1][0].logprobs])
+    assert torch.allclose(again.logprobs, recorded, atol=1e-4), (again.logprobs - recorded).abs().max()
+    assert torch.allclose(again.values, torch.cat([outs[0][0].values, outs[1][0].values]), atol=1e-5)
+    expert = policy.pi0.model.paligemma_with_expert.gemma_expert.model.layers[0].mlp.up_proj.weight
+    again.logprobs.sum().backward()
+    gathered_grad, expert.grad = expert.grad.clone(), None
+    inputs, _ = policy._inputs(both["states"], both["images"], both["wrist_images"], both["instructions"])
+    kv, pad, _ = policy._prefix(inputs)
+    chain, mask = unpack_chain(raw, 3, policy.horizon, 32)
+    if kw["noise_method"] == "flow_sde":
+        assert mask[:2].float().argmax(1).tolist() != mask[2:].float().argmax(1).tolist()
+    ref, _ = chain_logprob(policy._velocity_fn(kv, pad, inputs.state, {}), chain, mask, policy.config.noise_method,
+                           policy.config.noise_level, policy.config.joint_logprob)
+    assert torch.allclose(policy._cut(ref), again.logprobs, atol=1e-4)
+    policy._cut(ref).sum().backward()
+    assert torch.allclose(expert.grad, gathered_grad, rtol=1e-3, atol=1e-5)
+
+
 def test_the_flow_sde_logprob_is_the_sampled_step_under_normal(folders):
     """The recorded log-prob is, element by element, ``Normal(mean, std).log_prob`` of the step
     that sampled, its mean and std written from the model's own velocity at that step."""

@@ -23,7 +23,9 @@ statistics) behind :class:`~rlinf.models.embodied.base.EmbodiedPolicy`, with the
   ``entropy`` (Flow-Noise only) is the mean Gaussian entropy of the stochastic steps.
 * ``raw_actions`` ``[B, K, W]``: the whole chain ``[B, S+1, H, 32]`` and the stochastic-step flags
   (:func:`pack_chain`); :meth:`evaluate` unpacks them and recomputes the same log-probs
-  (the prefix once, then the expert at each stochastic step only).
+  (the prefix once, then the expert once over the stochastic ``(row, step)`` pairs gathered,
+  :func:`chain_logprob_gathered`: Flow-SDE one expert pass per row instead of one per step that
+  any row sampled; Flow-Noise in chunks of ``B`` pairs).
 * Env actions: the first ``K`` rows of ``x_S`` un-normalised with the checkpoint's statistics, cut
   to ``A`` dimensions; ``extra_delta_transform`` adds the raw state's first 6 values to the first 6
   action dimensions (openpi's ``AbsoluteActions`` of the ``pi0_libero`` preset); clipped to the
@@ -73,7 +75,7 @@ from torch import nn
 
 from rlinf.algorithms.flow_logprob import (
     NOISE_METHODS,
-    chain_logprob,
+    chain_logprob_gathered,
     pack_chain,
     sample_chain,
     squashed_std,
@@ -363,6 +365,32 @@ class Pi0RLPolicy(EmbodiedPolicy):
 
         return velocity
 
+    def _rows_velocity_fn(self, kv, pad, state: torch.Tensor | None, first: dict):
+        """The :data:`~rlinf.algorithms.flow_logprob.RowsVelocityFn` of this observation batch for
+        :func:`chain_logprob_gathered`: point ``m`` reads row ``rows[m]``'s cached prefix. Runs in
+        chunks of at most ``B`` points (the memory of one step-by-step call: a gathered KV cache is
+        ``chunk / B`` copies of the batch's). The expert outputs of the ``t = 1`` points land in
+        ``first[row]`` (the value head's input when ``value_after_vlm`` is false)."""
+        model, h, b = self.pi0.model, self.horizon, pad.shape[0]
+        noise = self.config.noise_method == "flow_noise"
+
+        def velocity(x: torch.Tensor, t: torch.Tensor, rows: torch.Tensor):
+            vs, stds = [], []
+            for lo in range(0, x.shape[0], b):
+                r = rows[lo:lo + b]
+                kv_r = [(k[r], v[r]) for k, v in kv]
+                v, out = model.velocity_cached(kv_r, pad[r], None if state is None else state[r], x[lo:lo + b],
+                                               t[lo:lo + b])
+                feats = out[:, -h:]
+                for i in (t[lo:lo + b] == 1.0).nonzero().flatten().tolist():
+                    first[int(r[i])] = feats[i]
+                vs.append(v)
+                if noise:
+                    stds.append(self.noise_head(feats.to(next(self.noise_head.parameters()).dtype)))
+            return torch.cat(vs), (torch.cat(stds) if noise else None)
+
+        return velocity
+
     def _values(self, prefix_out: torch.Tensor, pad: torch.Tensor, first: torch.Tensor | None) -> torch.Tensor | None:
         if not self.config.add_value_head:
             return None
@@ -427,11 +455,16 @@ class Pi0RLPolicy(EmbodiedPolicy):
         chain, mask = unpack_chain(to_tensor(raw_actions, self.device), cfg.num_steps, self.horizon, self.padded_dim)
         kv, pad, prefix_out = self._prefix(inputs)
         seen: dict = {}
-        logprobs, entropy = chain_logprob(self._velocity_fn(kv, pad, inputs.state, seen), chain, mask,
-                                          cfg.noise_method, cfg.noise_level, cfg.joint_logprob)
-        first = seen.get("first")
-        if cfg.add_value_head and not cfg.value_after_vlm and first is None:  # step 0 was not stochastic
-            first = self._first_features(kv, pad, inputs.state, chain[:, 0])
+        velocity = self._rows_velocity_fn(kv, pad, inputs.state, seen)
+        logprobs, entropy = chain_logprob_gathered(velocity, chain, mask, cfg.noise_method, cfg.noise_level,
+                                                   cfg.joint_logprob)
+        first = None
+        if cfg.add_value_head and not cfg.value_after_vlm:
+            missing = torch.tensor([r for r in range(chain.shape[0]) if r not in seen], dtype=torch.long,
+                                   device=chain.device)
+            if missing.numel():  # rows whose step 0 was not stochastic: the t = 1 pass for them only
+                velocity(chain[missing, 0], torch.ones(missing.numel(), device=chain.device), missing)
+            first = torch.stack([seen[r] for r in range(chain.shape[0])])
         return PolicyOutput(self.env_actions(chain[:, -1], raw_states), raw_actions, self._cut(logprobs),
                             self._values(prefix_out, pad, first),
                             self._cut(entropy) if cfg.noise_method == "flow_noise" else None)
