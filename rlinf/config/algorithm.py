@@ -124,7 +124,9 @@ class AlgorithmConfig:
         rollout_batch_size_per_gpu: generation micro-batch per rollout process; null = even split.
         logprob_forward_micro_batch_size: micro-batch of log-prob forward passes.
         val_rollout_batch_size_per_gpu: validation generation micro-batch per process.
-        loss_type: policy loss (ppo, or decoupled_ppo for off-policy batches).
+        loss_type: policy loss (ppo, or decoupled_ppo for off-policy batches: math runs with async
+            rollout, embodied runs with max_head_offpolicyness 1, whose update then recomputes the
+            proximal log-probs first).
         loss_agg_func: token-mean, seq-mean-token-sum or seq-mean-token-mean.
         adv_type: the advantage estimator, a name registered in ``rlinf.algorithms.registry``:
             grpo (group-normalised), gae (PPO with a critic / value head), reinpp (REINFORCE++:

@@ -108,7 +108,9 @@ class EmbodiedConfig(RootConfig):
               f"{estimator.name} trains no value head: set it to false")
         check(algo.kl_beta == 0, "algorithm.kl_beta", "a KL term to a reference policy is not "
               "available for embodied runs yet; set 0")
-        check(algo.loss_type == "ppo", "algorithm.loss_type", "embodied runs use ppo")
+        check(algo.loss_type == "ppo" or algo.max_head_offpolicyness == 1, "algorithm.loss_type",
+              "decoupled_ppo needs algorithm.max_head_offpolicyness 1: on-policy data's proximal policy "
+              "is the one that acted, so it would equal ppo; use ppo")
         check(algo.max_head_offpolicyness in (0, 1), "algorithm.max_head_offpolicyness",
               f"embodied runs take 0 (synchronous) or 1 (the next rollout overlaps the update), "
               f"got {algo.max_head_offpolicyness}")

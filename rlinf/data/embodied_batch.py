@@ -114,6 +114,8 @@ class EmbodiedBatch:
             ``old_values`` None without a value head.
         states: ``[M, D]`` or None; images: camera -> ``[M, H, W, 3]``; instructions: ``M`` strings
             or None.
+        prox_logprobs: ``[M, K, A]`` or None: the log-probs under the weights at the start of the
+            update (``algorithm.loss_type: decoupled_ppo``; the actor fills them in).
     """
 
     raw_actions: torch.Tensor
@@ -124,6 +126,7 @@ class EmbodiedBatch:
     states: torch.Tensor | None = None
     images: dict[str, torch.Tensor] = field(default_factory=dict)
     instructions: list[str] | None = None
+    prox_logprobs: torch.Tensor | None = None
 
     @property
     def size(self) -> int:

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from rlinf.algorithms import AdvantageInputs, compute_ppo_loss, compute_value_loss, get_advantage_estimator
+from rlinf.algorithms import (
+    AdvantageInputs,
+    compute_decoupled_ppo_loss,
+    compute_ppo_loss,
+    compute_value_loss,
+    get_advantage_estimator,
+)
 from rlinf.algorithms.embodied import aggregate_logprobs, chunk_rewards, expand_like
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.embodied_batch import Trajectory
@@ -23,12 +29,20 @@ from rlinf.data.embodied_batch import Trajectory
 def embodied_ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                       algo: AlgorithmConfig, entropy: torch.Tensor | None = None,
                       values: torch.Tensor | None = None, old_values: torch.Tensor | None = None,
-                      returns: torch.Tensor | None = None, value_clip: float | None = 0.2):
+                      returns: torch.Tensor | None = None, value_clip: float | None = 0.2,
+                      prox_logprobs: torch.Tensor | None = None):
     """loss = ppo_clip(ratio at ``logprob_type``) + value_loss_coef * value_loss
     - entropy_bonus * entropy (at ``entropy_type``), each aggregated with ``loss_agg_func``.
 
+    ``algorithm.loss_type: decoupled_ppo`` (with ``prox_logprobs``): the ratio is taken against the
+    proximal policy (the weights at the start of this update) and clipped around it, and each term
+    is weighted by ``pi_prox / pi_behav`` (:func:`compute_decoupled_ppo_loss`): data one version
+    stale (``max_head_offpolicyness: 1``) is clipped to a trust region around the policy being
+    updated instead of the one that acted.
+
     Args:
-        logprobs, old_logprobs: ``[M, K, A]``.
+        logprobs, old_logprobs: ``[M, K, A]`` (``old``: the behaviour policy's, recorded at rollout).
+        prox_logprobs: ``[M, K, A]``; needed with ``decoupled_ppo``, refused with ``ppo``.
         advantages: ``[M]`` or ``[M, K]`` (broadcast over the finer log-prob units).
         entropy: ``[M, K, A]`` or None.
         values, old_values, returns: ``[M]`` or ``[M, K]``; the value term is skipped when None.
@@ -45,9 +59,20 @@ def embodied_ppo_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     M = lp.shape[0]
     flat = lambda x: x.reshape(M, -1)  # noqa: E731
     mask = torch.ones_like(flat(lp))
-    loss, metrics = compute_ppo_loss(flat(lp), flat(old).detach(), flat(adv).detach(), mask,
-                                     ratio_clip_eps=algo.ratio_clip_eps, clip_eps_high=algo.clip_ratio_high,
-                                     clip_ratio_c=algo.clip_ratio_c, loss_agg_func=algo.loss_agg_func)
+    if (algo.loss_type == "decoupled_ppo") != (prox_logprobs is not None):
+        given = "given" if prox_logprobs is not None else "None"
+        raise ValueError(f"loss_type {algo.loss_type} with prox_logprobs {given}: "
+                         "decoupled_ppo needs the proximal log-probs, ppo takes none")
+    if prox_logprobs is not None:
+        prox = aggregate_logprobs(prox_logprobs, algo.logprob_type)
+        loss, metrics = compute_decoupled_ppo_loss(
+            flat(lp), flat(prox).detach(), flat(old).detach(), flat(adv).detach(), mask,
+            ratio_clip_eps=algo.ratio_clip_eps, clip_eps_high=algo.clip_ratio_high, clip_ratio_c=algo.clip_ratio_c,
+            loss_agg_func=algo.loss_agg_func)
+    else:
+        loss, metrics = compute_ppo_loss(flat(lp), flat(old).detach(), flat(adv).detach(), mask,
+                                         ratio_clip_eps=algo.ratio_clip_eps, clip_eps_high=algo.clip_ratio_high,
+                                         clip_ratio_c=algo.clip_ratio_c, loss_agg_func=algo.loss_agg_func)
     out = {k: float(v) for k, v in metrics.items()}
     out["policy_loss"] = float(loss.detach())
     if values is not None and returns is not None:

@@ -255,6 +255,7 @@ CASES = [
         "++env.train.use_fixed_reset_state_ids=true"],
        "critic.use_critic_model", "grpo keeping the value head of a ppo config"),
     _e(["++algorithm.max_head_offpolicyness=2"], "algorithm.max_head_offpolicyness", "two versions ahead"),
+    _e(["++algorithm.loss_type=decoupled_ppo"], "algorithm.loss_type", "decoupled ppo on on-policy data"),
     _e(["++algorithm.max_head_offpolicyness=1", "algorithm.rollout_epoch=2"], "algorithm.rollout_epoch",
        "several rollout epochs running ahead"),
     _e(["++algorithm.max_head_offpolicyness=1"], "env.enable_offload", "overlap with offloaded envs", VLA),

@@ -66,17 +66,23 @@ def test_ppo_with_gae_two_stages_hybrid_placement(gae_two_stage_run):
 
 def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, tmp_path, gae_two_stage_run):
     """max_head_offpolicyness 1: each update after the first learns from the previous policy
-    version's rollout; evaluations and checkpoints collect the rollout in flight first."""
+    version's rollout; evaluations and checkpoints collect the rollout in flight first. With
+    decoupled_ppo the first update's proximal policy is the one that acted (weights pi_prox /
+    pi_behav all 1), the later ones' is one version newer (weights away from 1)."""
     from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, max_steps=4,
                      val_check_interval=2, save_interval=2, video=True)
     cfg["algorithm"]["max_head_offpolicyness"] = 1
+    cfg["algorithm"]["loss_type"] = "decoupled_ppo"
     summary = run_embodied(cfg, print_fn=lambda *_: None)
     assert summary["steps"] == 4
     metrics = read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))
     train = [m for m in metrics if "rollout/staleness" in m]
     assert [m["rollout/staleness"] for m in train] == [0.0, 1.0, 1.0, 1.0]
+    weights = [(m["actor/behav_imp_weight_mean"], m["actor/behav_imp_weight_max"]) for m in train]
+    assert abs(weights[0][0] - 1) < 1e-3 and abs(weights[0][1] - 1) < 1e-3, weights
+    assert all(abs(mx - 1) > 1e-3 for _, mx in weights[1:]), weights
     assert all(m["env/episodes"] == 8 for m in train)  # every collected rollout is whole
     assert [int(m["step"]) for m in metrics if "eval/success_rate" in m] == [0, 2, 4]
     state = json.loads((tmp_path / "out" / "t" / "checkpoints" / "global_step_4" / "trainer_state.json").read_text())

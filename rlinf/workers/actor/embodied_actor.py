@@ -10,6 +10,12 @@ into micro-batches. ``algorithm.target_kl``: after a minibatch's backward passes
 KL (per action, averaged over the minibatch and, with several ranks, over ranks) is compared with
 the target; above it the gradients are dropped, no step is taken and the update ends
 (``actor/early_stop`` = 1, ``actor/optimizer_steps`` counts the steps taken).
+
+``algorithm.loss_type: decoupled_ppo`` (with ``max_head_offpolicyness: 1``): before the first
+epoch the shard's log-probs are recomputed under the current weights (the proximal policy, no
+gradient); the loss clips the ratio to it and weights each term by ``pi_prox / pi_behav``
+(:func:`~rlinf.objectives.embodied.embodied_ppo_loss`), and the ``target_kl`` test measures the
+KL from it (this update's own change) instead of from the one-version-stale behaviour policy.
 """
 
 from __future__ import annotations
@@ -91,6 +97,8 @@ class EmbodiedActorWorker(Worker):
         sums: dict[str, float] = {}
         count, grad_norms, kls, stopped = 0, [], [], False
         self.policy.train()
+        if algo.loss_type == "decoupled_ppo":
+            shard = dataclasses.replace(shard, prox_logprobs=self._proximal_logprobs(shard))
         for _ in range(algo.update_epochs):
             order = torch.randperm(shard.size, generator=self.generator)
             for b in range(num_minibatches):
@@ -109,11 +117,12 @@ class EmbodiedActorWorker(Worker):
                         out.logprobs, dev(mb.old_logprobs), dev(mb.advantages), algo,
                         entropy=out.entropy, values=out.values, old_values=dev(mb.old_values),
                         returns=dev(mb.returns) if out.values is not None else None,
-                        value_clip=self.value_clip)
+                        value_clip=self.value_clip, prox_logprobs=dev(mb.prox_logprobs))
                     (loss / len(micro)).backward()
-                    with torch.no_grad():
+                    with torch.no_grad():  # the KL of this update's change (decoupled: from the proximal policy)
+                        start = mb.prox_logprobs if mb.prox_logprobs is not None else mb.old_logprobs
                         kl = approx_kl(aggregate_logprobs(out.logprobs, "action_level"),
-                                       aggregate_logprobs(dev(mb.old_logprobs), "action_level"))
+                                       aggregate_logprobs(dev(start), "action_level"))
                     kl_sum += float(kl) * mb.size
                     for k, v in metrics.items():
                         sums[k] = sums.get(k, 0.0) + v
@@ -139,6 +148,17 @@ class EmbodiedActorWorker(Worker):
         out["actor/early_stop"] = float(stopped)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         return out
+
+    @torch.no_grad()
+    def _proximal_logprobs(self, shard: EmbodiedBatch) -> torch.Tensor:
+        """The shard's log-probs under the weights at the start of the update (``decoupled_ppo``'s
+        proximal policy), one micro-batch at a time."""
+        mbs, parts = self.actor.micro_batch_size, []
+        for i in range(0, shard.size, mbs):
+            mb = shard.select(range(i, min(i + mbs, shard.size)))
+            parts.append(self.policy(mode="evaluate", raw_actions=mb.raw_actions.to(self.device),
+                                     **mb.policy_inputs(self.device)).logprobs.detach().cpu())
+        return torch.cat(parts)
 
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         """``value`` averaged over the actor ranks (every rank gets the same number)."""
