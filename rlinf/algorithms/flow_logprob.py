@@ -74,8 +74,9 @@ def ode_step(x: torch.Tensor, v: torch.Tensor, delta: torch.Tensor | float) -> t
     return x - delta * v
 
 
-def sde_sigma(t: torch.Tensor, noise_level: float, t_first: float) -> torch.Tensor:
-    """Flow-SDE diffusion ``a * sqrt(t / (1 - t'))`` with ``t' = t_first`` where ``t == 1`` else ``t``.
+def sde_sigma(t: torch.Tensor, noise_level: float | torch.Tensor, t_first: float) -> torch.Tensor:
+    """Flow-SDE diffusion ``a * sqrt(t / (1 - t'))`` with ``t' = t_first`` where ``t == 1`` else ``t``;
+    ``noise_level`` ``a`` is a number or a tensor broadcasting against ``t`` (one per row).
 
     >>> round(sde_sigma(torch.tensor(0.5), 0.5, 0.75).item(), 6)
     0.5
@@ -87,8 +88,37 @@ def sde_sigma(t: torch.Tensor, noise_level: float, t_first: float) -> torch.Tens
     return noise_level * torch.sqrt(t / (1.0 - denom))
 
 
+def annealed_noise_level(start: float, end: float, anneal_steps: int, step: int) -> float:
+    """RLinf's ``noise_anneal`` schedule of the Flow-SDE level: linear from ``start`` at training
+    step 0 to ``end`` at ``anneal_steps``, then constant,
+    ``a(step) = start + (end - start) * min(step, anneal_steps) / anneal_steps``.
+
+    >>> [round(annealed_noise_level(0.7, 0.3, 400, s), 6) for s in (0, 100, 400, 1000)]
+    [0.7, 0.6, 0.3, 0.3]
+    """
+    if anneal_steps < 1:
+        raise ValueError(f"anneal_steps must be >= 1, got {anneal_steps}")
+    return start + (end - start) * min(max(step, 0), anneal_steps) / anneal_steps
+
+
+def flow_sde_level(noise_level: float, noise_anneal: bool, noise_params: tuple[float, float, int], step: int,
+                   dtype: torch.dtype = torch.float32) -> float:
+    """The Flow-SDE level a rollout at training ``step`` samples with: ``noise_level``, or with
+    ``noise_anneal`` :func:`annealed_noise_level` over ``noise_params`` ``(start, end,
+    anneal_steps)``; rounded to ``dtype`` (the chain's), so the level stored beside the chain
+    (:func:`pack_chain`) is exactly the one sampled with.
+
+    >>> flow_sde_level(0.5, False, (0.7, 0.3, 400), 200), flow_sde_level(0.5, True, (0.7, 0.3, 400), 200)
+    (0.5, 0.5)
+    >>> flow_sde_level(0.5, True, (0.7, 0.3, 400), 0, torch.bfloat16)
+    0.69921875
+    """
+    level = annealed_noise_level(*noise_params, step) if noise_anneal else noise_level
+    return float(torch.tensor(level, dtype=dtype))
+
+
 def sde_step_moments(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, delta: torch.Tensor | float,
-                     noise_level: float, t_first: float) -> tuple[torch.Tensor, torch.Tensor]:
+                     noise_level: float | torch.Tensor, t_first: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std of one Flow-SDE step (module docstring); ``t`` broadcasts against ``x``.
 
     >>> m, s = sde_step_moments(torch.tensor(1.0), torch.tensor(2.0), torch.tensor(0.5), 0.5, 0.5, 0.5)
@@ -126,7 +156,7 @@ def gaussian_entropy_of_std(std: torch.Tensor) -> torch.Tensor:
 
 
 def step_moments(method: NoiseMethod, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, delta: float | torch.Tensor,
-                 noise_level: float, t_first: float, noise_std: torch.Tensor | None,
+                 noise_level: float | torch.Tensor, t_first: float, noise_std: torch.Tensor | None,
                  stochastic: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std of one step for each batch row; rows where ``stochastic`` ``[B]`` is false take
     the ODE step (std 0).
@@ -136,7 +166,7 @@ def step_moments(method: NoiseMethod, x: torch.Tensor, v: torch.Tensor, t: torch
         x, v: ``[B, H, A]``.
         t: the step's time (a scalar tensor, or one per row broadcasting against ``x``).
         delta: step size (a float, or a tensor broadcasting against ``x``).
-        noise_level: Flow-SDE ``a``.
+        noise_level: Flow-SDE ``a`` (a number, or a tensor broadcasting against ``x``).
         t_first: ``t_1`` of the grid.
         noise_std: Flow-Noise std ``[B, H, A]``.
         stochastic: ``[B]`` bool.
@@ -267,7 +297,7 @@ def sample_chain(velocity_fn: VelocityFn, x0: torch.Tensor, method: NoiseMethod,
 
 
 def chain_logprob(velocity_fn: VelocityFn, chain: torch.Tensor, mask: torch.Tensor, method: NoiseMethod,
-                  noise_level: float, joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                  noise_level: float | torch.Tensor, joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Recomputes (differentiably) the log-prob and entropy of a stored chain under
     ``velocity_fn``; equals :func:`sample_chain`'s for the same weights.
 
@@ -275,7 +305,9 @@ def chain_logprob(velocity_fn: VelocityFn, chain: torch.Tensor, mask: torch.Tens
         velocity_fn: see :data:`VelocityFn`.
         chain: ``[B, N+1, H, A]``.
         mask: ``[B, N]`` bool.
-        method, noise_level, joint: as sampled.
+        method, joint: as sampled.
+        noise_level: Flow-SDE ``a`` as sampled: a number, or ``[B, N]`` per (row, step)
+            (:func:`unpack_step_levels`).
 
     Returns:
         ``(logprobs, entropy)``, each ``[B, H, A]``.
@@ -291,8 +323,8 @@ def chain_logprob(velocity_fn: VelocityFn, chain: torch.Tensor, mask: torch.Tens
             entropies.append(torch.zeros_like(x))
             continue
         v, noise_std = velocity_fn(x, t.expand(x.shape[0]))
-        mean, std = step_moments(method, x, v, t, times[k] - times[k + 1], noise_level, times[1],
-                                 noise_std, mask[:, k])
+        level = _pair_levels(noise_level, slice(None), k, x.dim())
+        mean, std = step_moments(method, x, v, t, times[k] - times[k + 1], level, times[1], noise_std, mask[:, k])
         step_lp.append(gaussian_logprob(chain[:, k + 1], mean, std))
         entropies.append(torch.where(std > 0, gaussian_entropy_of_std(std.clamp_min(1e-12)), torch.zeros_like(std)))
     x0 = chain[:, 0]
@@ -306,8 +338,18 @@ def chain_logprob(velocity_fn: VelocityFn, chain: torch.Tensor, mask: torch.Tens
 RowsVelocityFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
 
 
+def _pair_levels(noise_level: float | torch.Tensor, rows, steps, dim: int) -> float | torch.Tensor:
+    """The Flow-SDE level of the ``(rows, steps)`` pairs, shaped to broadcast against their
+    ``dim``-dimensional points: ``noise_level`` itself when it is a number, else its
+    ``[B, N]`` entries."""
+    if not isinstance(noise_level, torch.Tensor):
+        return noise_level
+    return noise_level[rows, steps].float().reshape((-1,) + (1,) * (dim - 1))
+
+
 def chain_logprob_gathered(rows_velocity_fn: RowsVelocityFn, chain: torch.Tensor, mask: torch.Tensor,
-                           method: NoiseMethod, noise_level: float, joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                           method: NoiseMethod, noise_level: float | torch.Tensor,
+                           joint: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`chain_logprob` with one velocity call over the stochastic ``(row, step)`` pairs only.
 
     A stored chain needs no sequential pass: every transition ``x_k -> x_{k+1}`` is known, so the
@@ -339,7 +381,8 @@ def chain_logprob_gathered(rows_velocity_fn: RowsVelocityFn, chain: torch.Tensor
     shape = (-1,) + (1,) * (x.dim() - 1)
     delta = (t - grid[steps + 1]).view(shape)
     every = torch.ones(x.shape[0], dtype=torch.bool, device=x.device)  # each gathered pair is a stochastic step
-    mean, std = step_moments(method, x, v, t.view(shape), delta, noise_level, float(grid[1]), noise_std, every)
+    level = _pair_levels(noise_level, rows, steps, x.dim())
+    mean, std = step_moments(method, x, v, t.view(shape), delta, level, float(grid[1]), noise_std, every)
     step_lp = chain.new_zeros((b, n) + chain.shape[2:])
     entropies = chain.new_zeros((b, n) + chain.shape[2:])
     step_lp = step_lp.index_put((rows, steps), gaussian_logprob(target, mean, std))
@@ -381,18 +424,23 @@ def squashed_std(raw: torch.Tensor, std_range: tuple[float, float]) -> torch.Ten
     return torch.exp(math.log(lo) + frac * (math.log(hi) - math.log(lo)))
 
 
-def pack_chain(chain: torch.Tensor, mask: torch.Tensor, rows: int) -> torch.Tensor:
+def pack_chain(chain: torch.Tensor, mask: torch.Tensor, rows: int,
+               noise_level: float | torch.Tensor = 1.0) -> torch.Tensor:
     """A chain and its stochastic steps as ``raw_actions`` ``[B, rows, W + S]`` (what the rollout
     stores and :func:`unpack_chain` reads back for the update).
 
     The chain ``[B, S+1, H, A]`` is laid out per action row (``x_0[h], ..., x_S[h]`` for ``h = 0..H-1``),
     flattened, zero-padded to a multiple of ``rows`` and cut into ``rows`` rows of ``W`` values;
-    each row then gets the ``S`` flags of ``mask`` ``[B, S]``. With ``rows == H`` row ``h`` holds
-    exactly action row ``h``'s chain.
+    each row then gets ``S`` step slots: 0 for a step ``mask`` ``[B, S]`` leaves deterministic,
+    ``noise_level`` (> 0: the Flow-SDE ``a`` the step was sampled with, a number or one per batch
+    row ``[B]``; 1 for Flow-Noise) for a stochastic one, so the update recomputes the density
+    the rollout sampled from even when the level changes during training (``noise_anneal``).
+    With ``rows == H`` row ``h`` holds exactly action row ``h``'s chain.
 
-    >>> raw = pack_chain(torch.arange(12.0).view(1, 3, 2, 2), torch.tensor([[True, False]]), rows=2)
+    >>> raw = pack_chain(torch.arange(12.0).view(1, 3, 2, 2), torch.tensor([[True, False]]), rows=2,
+    ...                  noise_level=0.5)
     >>> raw.tolist()
-    [[[0.0, 1.0, 4.0, 5.0, 8.0, 9.0, 1.0, 0.0], [2.0, 3.0, 6.0, 7.0, 10.0, 11.0, 1.0, 0.0]]]
+    [[[0.0, 1.0, 4.0, 5.0, 8.0, 9.0, 0.5, 0.0], [2.0, 3.0, 6.0, 7.0, 10.0, 11.0, 0.5, 0.0]]]
     """
     b, s1, h, a = chain.shape
     flat = chain.permute(0, 2, 1, 3).reshape(b, h * s1 * a)
@@ -400,7 +448,11 @@ def pack_chain(chain: torch.Tensor, mask: torch.Tensor, rows: int) -> torch.Tens
     if width * rows != flat.shape[1]:
         flat = torch.nn.functional.pad(flat, (0, width * rows - flat.shape[1]))
     body = flat.view(b, rows, width)
-    return torch.cat([body, mask.to(body.dtype)[:, None, :].expand(b, rows, s1 - 1)], dim=-1)
+    level = torch.as_tensor(noise_level, dtype=body.dtype, device=body.device).reshape(-1, 1)
+    if not bool((level > 0).all()):
+        raise ValueError(f"noise_level must be > 0 (0 marks a deterministic step), got {noise_level}")
+    slots = mask.to(body.dtype) * level
+    return torch.cat([body, slots[:, None, :].expand(b, rows, s1 - 1)], dim=-1)
 
 
 def packed_width(num_steps: int, horizon: int, dim: int, rows: int) -> int:
@@ -414,7 +466,8 @@ def packed_width(num_steps: int, horizon: int, dim: int, rows: int) -> int:
 
 def unpack_chain(raw_actions: torch.Tensor, num_steps: int, horizon: int, dim: int
                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of :func:`pack_chain`: ``(chain [B, S+1, H, A] fp32, mask [B, S] bool)``.
+    """Inverse of :func:`pack_chain`: ``(chain [B, S+1, H, A] fp32, mask [B, S] bool)``
+    (:func:`unpack_step_levels` reads the stochastic steps' noise levels).
 
     Raises:
         ValueError: the rows are not :func:`packed_width` wide.
@@ -433,4 +486,16 @@ def unpack_chain(raw_actions: torch.Tensor, num_steps: int, horizon: int, dim: i
     width = w - num_steps
     flat = raw_actions[..., :width].reshape(b, rows * width)[:, :n]
     chain = flat.reshape(b, horizon, num_steps + 1, dim).permute(0, 2, 1, 3)
-    return chain.float(), raw_actions[:, 0, width:] > 0.5
+    return chain.float(), unpack_step_levels(raw_actions, num_steps) > 0
+
+
+def unpack_step_levels(raw_actions: torch.Tensor, num_steps: int) -> torch.Tensor:
+    """The step slots of :func:`pack_chain`'s rows, ``[B, S]`` fp32: each step's noise level
+    (0 = deterministic), what :func:`chain_logprob_gathered` takes as ``noise_level``.
+
+    >>> raw = pack_chain(torch.zeros(2, 3, 1, 1), torch.tensor([[True, False], [False, True]]), rows=1,
+    ...                  noise_level=torch.tensor([0.7, 0.25]))
+    >>> unpack_step_levels(raw, 2).tolist()
+    [[0.699999988079071, 0.0], [0.0, 0.25]]
+    """
+    return raw_actions[:, 0, raw_actions.shape[-1] - num_steps:].float()

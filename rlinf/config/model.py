@@ -158,7 +158,15 @@ class PolicyModelConfig:
         noise_method: flow_mlp / pi0 / pi05: πRL's exploration, flow_sde (one stochastic
             denoising step per call, diffusion ``noise_level``) or flow_noise (every step, learned
             std).
-        noise_level: flow_mlp / pi0 / pi05 flow_sde: the diffusion level ``a``.
+        noise_level: flow_mlp / pi0 / pi05 flow_sde: the diffusion level ``a`` (without noise_anneal;
+            with it, only its default 0.5 is accepted).
+        noise_anneal: flow_mlp / pi0 / pi05 flow_sde: the level follows RLinf's linear schedule
+            ``start + (end - start) * min(step, anneal_steps) / anneal_steps`` over noise_params at
+            the training step of the rollout's weights; the update recomputes each sample's
+            log-prob at the level it was sampled with (stored beside its chain).
+        noise_params: ``[start, end, anneal_steps]`` of noise_anneal (RLinf's default
+            ``[0.7, 0.3, 400]``); levels > 0, anneal_steps an integer >= 1; another value without
+            noise_anneal is refused.
         noise_logvar_range: flow_mlp / pi0 / pi05 flow_noise: ``[min_std, max_std]`` of the noise
             head.
         num_steps: flow_mlp / pi0 / pi05: denoising steps.
@@ -217,6 +225,8 @@ class PolicyModelConfig:
     add_value_head: bool = rule(True, scope="embodied")
     noise_method: Literal["flow_sde", "flow_noise"] = rule("flow_sde", scope="embodied")
     noise_level: float = rule(0.5, scope="embodied")
+    noise_anneal: bool = rule(False, scope="embodied")
+    noise_params: tuple[float, float, float] = rule((0.7, 0.3, 400.0), scope="embodied")
     noise_logvar_range: tuple[float, float] = rule((0.08, 0.16), scope="embodied")
     num_steps: int = rule(4, scope="embodied")
     action_chunk: int | None = rule(None, scope="embodied")
@@ -233,6 +243,15 @@ class PolicyModelConfig:
     extra_delta_transform: bool = rule(False, scope="embodied")
     num_q_heads: int = rule(2, scope="offpolicy")
     q_head_type: Literal["default", "layernorm", "crossq"] = rule("default", scope="offpolicy")
+
+    def noise_schedule(self) -> tuple[float, float, int]:
+        """``noise_params`` as the flow policies take it: ``(start, end, anneal_steps)``.
+
+        >>> PolicyModelConfig().noise_schedule()
+        (0.7, 0.3, 400)
+        """
+        start, end, steps = self.noise_params
+        return (float(start), float(end), int(steps))
 
     def validate(self, path: str) -> None:
         for key in ("action_dim", "num_action_chunks", "num_images_in_input", "hidden_size", "vocab_size",

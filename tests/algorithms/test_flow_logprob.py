@@ -9,16 +9,21 @@ import torch
 
 from rlinf.algorithms.flow_logprob import (
     aggregate_flow_logprobs,
+    annealed_noise_level,
     chain_logprob,
     chain_logprob_gathered,
     combine_logprobs,
+    flow_sde_level,
     gaussian_entropy_of_std,
     gaussian_logprob,
+    pack_chain,
     sample_chain,
     sde_sigma,
     sde_step_moments,
     stochastic_mask,
     time_grid,
+    unpack_chain,
+    unpack_step_levels,
 )
 
 
@@ -153,3 +158,61 @@ def test_sde_step_keeps_the_marginal_of_a_gaussian_flow():
     naive = x - delta * v + std * noise
     sigma2 = a ** 2 * t / (1 - t)
     assert abs(naive.var().item() - want_var) > 0.5 * delta * sigma2  # the correction matters
+
+
+def test_noise_anneal_schedule_by_hand():
+    # RLinf's noise_params [0.7, 0.3, 400]: 0.7 - 0.4 * step / 400, then 0.3
+    assert annealed_noise_level(0.7, 0.3, 400, 0) == pytest.approx(0.7)
+    assert annealed_noise_level(0.7, 0.3, 400, 100) == pytest.approx(0.6)
+    assert annealed_noise_level(0.7, 0.3, 400, 399) == pytest.approx(0.301)
+    assert annealed_noise_level(0.7, 0.3, 400, 400) == annealed_noise_level(0.7, 0.3, 400, 5000) == pytest.approx(0.3)
+    assert annealed_noise_level(0.2, 0.8, 3, 1) == pytest.approx(0.4)  # rising schedules too
+    assert flow_sde_level(0.5, False, (0.7, 0.3, 400), 100) == 0.5  # without noise_anneal: noise_level
+    assert flow_sde_level(0.5, True, (0.7, 0.3, 400), 100) == pytest.approx(0.6)
+    # rounded to the chain's dtype, so the stored level is the sampled one
+    assert flow_sde_level(0.5, True, (0.7, 0.3, 400), 100, torch.bfloat16) == 0.6015625
+    with pytest.raises(ValueError, match="anneal_steps"):
+        annealed_noise_level(0.7, 0.3, 0, 1)
+
+
+def test_packed_step_slots_carry_each_rows_level():
+    chain = torch.arange(2 * 3 * 1 * 2, dtype=torch.float32).view(2, 3, 1, 2)
+    mask = torch.tensor([[True, False], [False, True]])
+    raw = pack_chain(chain, mask, rows=1, noise_level=torch.tensor([0.75, 0.25]))
+    assert raw[:, 0, -2:].tolist() == [[0.75, 0.0], [0.0, 0.25]]
+    back, back_mask = unpack_chain(raw, 2, 1, 2)
+    assert torch.equal(back, chain) and torch.equal(back_mask, mask)
+    assert unpack_step_levels(raw, 2).tolist() == [[0.75, 0.0], [0.0, 0.25]]
+    # a level of 0 would read back as a deterministic step
+    with pytest.raises(ValueError, match="noise_level must be > 0"):
+        pack_chain(chain, mask, rows=1, noise_level=0.0)
+
+
+def test_per_row_levels_recompute_each_rows_own_density():
+    """Rows sampled at different Flow-SDE levels (an annealed level moved between rollouts): the
+    gathered and step-by-step recomputes with the ``[B, N]`` levels equal, row by row, the
+    recompute at that row's level alone, and differ from the recompute at one shared level."""
+    g = torch.Generator().manual_seed(3)
+    b, n = 4, 3
+    weight = torch.tensor(0.2)
+    levels_by_row = [0.9, 0.3, 0.6, 0.3]
+    x0 = torch.randn(b, 2, 2, generator=g)
+    velocity = _linear_velocity(weight)
+    chains, masks = [], []
+    for row, a in enumerate(levels_by_row):
+        mask = torch.zeros(1, n, dtype=torch.bool)
+        mask[0, row % (n - 1)] = True
+        s = sample_chain(velocity, x0[row:row + 1], "flow_sde", n, a, False, mask, g)
+        chains.append(s.chain)
+        masks.append(mask)
+    raw = pack_chain(torch.cat(chains), torch.cat(masks), rows=2, noise_level=torch.tensor(levels_by_row))
+    chain, mask = unpack_chain(raw, n, 2, 2)
+    levels = unpack_step_levels(raw, n)
+    lp, _ = chain_logprob_gathered(lambda x, t, rows: velocity(x, t), chain, mask, "flow_sde", levels, False)
+    lp_steps, _ = chain_logprob(velocity, chain, mask, "flow_sde", levels, False)
+    assert torch.allclose(lp, lp_steps, atol=1e-5)
+    for row, a in enumerate(levels_by_row):
+        alone, _ = chain_logprob(velocity, chain[row:row + 1], mask[row:row + 1], "flow_sde", a, False)
+        assert torch.allclose(lp[row:row + 1], alone, atol=1e-5)
+    shared, _ = chain_logprob(velocity, chain, mask, "flow_sde", 0.6, False)
+    assert not torch.allclose(shared[:2], lp[:2], atol=1e-3)

@@ -34,6 +34,8 @@ BASE = {
                       "data.apply_chat_template=false", "runner.output_dir={out}"],
     "toy_ppo_mlp": ["runner.output_dir={out}"],
     "maniskill_ppo_mlp_cpu": ["runner.output_dir={out}"],
+    "maniskill_ppo_flow_cpu": ["runner.output_dir={out}"],
+    "maniskill_ppo_flow_noise_cpu": ["runner.output_dir={out}"],
     "maniskill_ppo_openvlaoft_tiny_cpu": ["runner.output_dir={out}", "actor.model.model_path={vla}",
                                           "actor.model.lora_path={lora}"],
     "libero_grpo_openvlaoft_tiny_cpu": ["runner.output_dir={out}", "actor.model.model_path={vla}"],

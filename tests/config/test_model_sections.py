@@ -25,12 +25,13 @@ def test_the_three_sections_share_no_key():
     names = [{f.name for f in dataclasses.fields(c) if not f.metadata.get("flat")}
              for c in (ActorModelConfig, LLMModelConfig, PolicyModelConfig)]
     assert not (names[0] & names[1]) and not (names[0] & names[2]) and not (names[1] & names[2])
-    # every actor.model key of before the split (54) + the flow policy's 8 (noise_method, noise_level,
-    # noise_logvar_range, num_steps, action_chunk, joint_logprob, ignore_last, detach_critic_input)
+    # every actor.model key of before the split (54) + the flow policy's 10 (noise_method, noise_level,
+    # noise_anneal, noise_params, noise_logvar_range, num_steps, action_chunk, joint_logprob, ignore_last,
+    # detach_critic_input)
     # + sac_mlp's 2 (num_q_heads, q_head_type) + π0's 7 (action_env_dim, action_horizon, value_after_vlm,
     # train_expert_only, discrete_state_input, tokenizer_path, extra_delta_transform) + flow_mlp's
     # residual_velocity
-    assert len(names[0] | names[1] | names[2]) == 72
+    assert len(names[0] | names[1] | names[2]) == 74
 
 
 @pytest.mark.parametrize("raw, key, text", [

@@ -156,3 +156,54 @@ def test_a_policy_gradient_step_raises_the_logprob_of_a_rewarded_chain():
         (-policy.evaluate(out.raw_actions, states=states).logprobs.sum()).backward()
         opt.step()
     assert policy.evaluate(out.raw_actions, states=states).logprobs.sum().item() > before + 1e-3
+
+
+def test_noise_anneal_samples_at_the_global_steps_level_and_the_update_keeps_it():
+    """With noise_anneal the rollout samples at the level of its ``global_step`` (0.9 at step 0,
+    0.3 from step 10) and stores it beside the chain; a minibatch of both calls, evaluated while
+    the policy's step is elsewhere, gives each call's recorded log-probs, which are the sampled
+    step's density at that call's level and not at the other's."""
+    from rlinf.algorithms.flow_logprob import chain_logprob, unpack_step_levels
+
+    torch.manual_seed(0)
+    policy = _policy(noise_method="flow_sde", noise_anneal=True, noise_params=(0.9, 0.3, 10))
+    states = [torch.randn(3, 5), torch.randn(3, 5)]
+    outs = []
+    for step, obs in zip((0, 10), states):
+        policy.set_global_step(step)
+        outs.append(policy.act(states=obs, generator=torch.Generator().manual_seed(4)))
+    assert [unpack_step_levels(o.raw_actions, 4).amax(1).tolist() for o in outs] == [
+        [pytest.approx(0.9)] * 3, [pytest.approx(0.3)] * 3]
+    policy.set_global_step(5)
+    raw = torch.cat([o.raw_actions for o in outs])
+    again = policy.evaluate(raw, states=torch.cat(states))
+    recorded = torch.cat([o.logprobs for o in outs])
+    assert torch.allclose(again.logprobs, recorded, atol=1e-5)
+    features = policy.encoder(states[1])
+    chain, mask = policy.unpack(outs[1].raw_actions)
+    at = {a: chain_logprob(policy._velocity_fn(features), chain, mask, "flow_sde", a, False)[0] for a in (0.3, 0.9)}
+    assert torch.allclose(at[0.3], outs[1].logprobs, atol=1e-5)
+    assert not torch.allclose(at[0.9], outs[1].logprobs, atol=1e-2)
+
+
+def test_noise_anneal_keys_reach_the_policy():
+    policy = build_policy({"model_type": "flow_mlp", "action_dim": 3, "noise_anneal": True,
+                           "noise_params": [0.8, 0.2, 50]}, SPEC)
+    assert policy.config.noise_anneal and policy.config.noise_params == (0.8, 0.2, 50)
+
+
+@pytest.mark.parametrize("keys, key, text", [
+    ({"model_type": "mlp", "noise_anneal": True}, "actor.model.noise_anneal", "only model_type flow_mlp"),
+    ({"noise_params": [0.8, 0.2, 300]}, "actor.model.noise_params", "has no effect without noise_anneal: true"),
+    ({"noise_anneal": True, "noise_params": [0.8, 0.2]}, "actor.model.noise_params",
+     "must be [start, end, anneal_steps] with levels > 0, got [0.8, 0.2]"),
+    ({"noise_anneal": True, "noise_params": [0.8, 0.0, 300]}, "actor.model.noise_params", "levels > 0"),
+    ({"noise_anneal": True, "noise_params": [0.8, 0.2, 2.5]}, "actor.model.noise_params",
+     "anneal_steps (the third value) must be an integer >= 1, got 2.5"),
+    ({"noise_anneal": True, "noise_method": "flow_noise"}, "actor.model.noise_anneal", "flow_noise learns its std"),
+    ({"noise_anneal": True, "noise_level": 0.8}, "actor.model.noise_level", "noise_anneal replaces it"),
+])
+def test_noise_anneal_misuse_is_refused_naming_the_key(keys, key, text):
+    with pytest.raises(ConfigError) as err:
+        build_policy({"model_type": "flow_mlp", "action_dim": 3, **keys}, SPEC)
+    assert err.value.key == key and text in str(err.value)

@@ -162,6 +162,35 @@ def test_the_flow_sde_logprob_is_the_sampled_step_under_normal(folders):
     assert torch.allclose(aggregate_logprobs(out.logprobs, "chunk_level"), expected.sum((1, 2)), atol=1e-3)
 
 
+def test_noise_anneal_levels_are_stored_and_the_update_recomputes_them(folders):
+    """π0 with noise_anneal: calls at global steps 0 and 4 sample at 0.9 and 0.3 and store them;
+    one minibatch of both, evaluated at another step, gives the recorded log-probs, and the
+    second call's are its step's density at 0.3 (``chain_logprob`` at that level), not at 0.9."""
+    from rlinf.algorithms.flow_logprob import chain_logprob, unpack_step_levels
+
+    torch.manual_seed(0)
+    policy = _policy(folders["pi0"], noise_method="flow_sde", noise_anneal=True, noise_params=(0.9, 0.3, 4))
+    obs = [_obs(2, seed=s) for s in (0, 1)]
+    outs = []
+    for step, o in zip((0, 4), obs):
+        policy.set_global_step(step)
+        outs.append(policy.act(**o, generator=torch.Generator().manual_seed(6)))
+    levels = [unpack_step_levels(o.raw_actions, 3).amax(1).tolist() for o in outs]
+    assert levels == [[pytest.approx(0.9)] * 2, [pytest.approx(0.3)] * 2]
+    policy.set_global_step(2)
+    both = {k: (torch.cat([obs[0][k], obs[1][k]]) if k != "instructions" else obs[0][k] + obs[1][k])
+            for k in obs[0]}
+    again = policy.evaluate(torch.cat([o.raw_actions for o in outs]), **both)
+    assert torch.allclose(again.logprobs, torch.cat([o.logprobs for o in outs]), atol=1e-4)
+    inputs, _ = policy._inputs(obs[1]["states"], obs[1]["images"], obs[1]["wrist_images"], obs[1]["instructions"])
+    kv, pad, _ = policy._prefix(inputs)
+    chain, mask = unpack_chain(outs[1].raw_actions, 3, policy.horizon, 32)
+    at = {a: policy._cut(chain_logprob(policy._velocity_fn(kv, pad, inputs.state, {}), chain, mask, "flow_sde",
+                                       a, False)[0]) for a in (0.3, 0.9)}
+    assert torch.allclose(at[0.3], outs[1].logprobs, atol=1e-4)
+    assert not torch.allclose(at[0.9], outs[1].logprobs, atol=1e-2)
+
+
 def test_deterministic_act_samples_no_step(folders):
     policy = _policy(folders["pi0"], noise_method="flow_sde")
     out = policy.act(**_obs(), deterministic=True, generator=torch.Generator().manual_seed(0))

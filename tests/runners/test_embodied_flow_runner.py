@@ -1,6 +1,7 @@
-"""A two-step PPO run of the flow_mlp policy (Flow-SDE and Flow-Noise) on the toy simulator: the
-chain travels in raw_actions from the rollout worker to the actor, whose first minibatch sees the
-behaviour log-probs again (approximate KL ~ 0)."""
+"""A two-step PPO run of the flow_mlp policy (Flow-SDE, Flow-Noise, Flow-SDE with noise_anneal) on
+the toy simulator: the chain travels in raw_actions from the rollout worker to the actor, whose
+first minibatch sees the behaviour log-probs again (approximate KL ~ 0), also when the level the
+samples were drawn with changed between the steps."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ pytestmark = pytest.mark.ray
 
 @pytest.mark.parametrize("flow", [{"noise_method": "flow_sde", "num_steps": 3, "ignore_last": True},
                                   {"noise_method": "flow_noise", "num_steps": 2, "joint_logprob": True,
-                                   "detach_critic_input": True}])
+                                   "detach_critic_input": True},
+                                  {"noise_method": "flow_sde", "num_steps": 3, "noise_anneal": True,
+                                   "noise_params": [0.9, 0.3, 1]}])
 def test_flow_policy_ppo_steps(ray_cluster, tmp_path, flow):
     from rlinf.runners.embodied.recipe import run_embodied
 
@@ -34,4 +37,10 @@ def test_flow_policy_ppo_steps(ray_cluster, tmp_path, flow):
     for step in (1, 2):
         assert metrics[step]["actor/optimizer_steps"] == 1.0 and metrics[step]["actor/early_stop"] == 1.0
         assert metrics[step]["actor/value_loss"] > 0
+    if flow.get("noise_anneal"):  # step 1 sampled at the start level, step 2 (weights of step 1) at the end
+        assert [round(metrics[s]["rollout/noise_level"], 6) for s in (1, 2)] == [0.9, 0.3]
+    elif flow["noise_method"] == "flow_sde":
+        assert [round(metrics[s]["rollout/noise_level"], 6) for s in (1, 2)] == [0.5, 0.5]
+    else:
+        assert "rollout/noise_level" not in metrics[1]
     assert (tmp_path / "out" / "t" / "policy" / "policy.pt").is_file()

@@ -136,6 +136,7 @@ class EmbodiedPolicy(nn.Module):
         value_type: ``chunk_level`` (values ``[N]``) or ``action_level`` (values ``[N, K]``).
         do_sample: the config's ``do_sample``, for callers that choose ``deterministic`` from it;
             ``act(deterministic=...)`` alone decides whether a call samples.
+        global_step: the training step of the weights (:meth:`set_global_step`; 0 at start).
 
     Example:
         >>> from rlinf.models.embodied.mlp_policy import MLPPolicy, MLPPolicyConfig
@@ -148,6 +149,13 @@ class EmbodiedPolicy(nn.Module):
     num_action_chunks: int
     value_type: str = "chunk_level"
     do_sample: bool = True
+    global_step: int = 0
+
+    def set_global_step(self, step: int) -> None:
+        """Records the training step whose weights the policy holds (the rollout worker calls it
+        at every weight sync, RLinf's ``set_global_step``); a policy with a schedule over
+        training (the flow policies' ``noise_anneal``) reads ``global_step``, the others ignore it."""
+        self.global_step = int(step)
 
     def act(self, states=None, images=None, wrist_images=None, instructions=None,
             deterministic: bool = False, generator: torch.Generator | None = None) -> PolicyOutput:

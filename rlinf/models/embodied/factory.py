@@ -12,7 +12,7 @@ Keys read per ``actor.model.model_type``:
   policy_hidden_sizes (velocity MLP, default 256, 256), hidden_size (state encoder width, default
   256), critic_hidden_sizes, shared_critic_encoder (false: the critic is its own Tanh MLP on the
   state, as mlp's, instead of a head on the state encoder), residual_velocity (``v = x_t - MLP``), and
-  the πRL keys noise_method, noise_level, noise_logvar_range,
+  the πRL keys noise_method, noise_level, noise_anneal, noise_params, noise_logvar_range,
   num_steps, joint_logprob, ignore_last, detach_critic_input (refused for every type but
   flow_mlp, pi0 and pi05); value_type chunk_level; model_path: a folder its ``save_pretrained``
   wrote.
@@ -39,8 +39,8 @@ Keys read per ``actor.model.model_type``:
   has no config.json), discrete_state_input (pi05's state prompt), precision, action_dim /
   action_env_dim (the env's dimensions of the padded 32, default 7), num_action_chunks /
   action_chunk (the first ``K`` of the ``H`` actions go to the env), num_images_in_input (1 main
-  camera, 2 + wrist), the πRL keys above (noise_method, noise_level, noise_logvar_range,
-  num_steps, joint_logprob, ignore_last, detach_critic_input), add_value_head, value_after_vlm,
+  camera, 2 + wrist), the πRL keys above (noise_method, noise_level, noise_anneal, noise_params,
+  noise_logvar_range, num_steps, joint_logprob, ignore_last, detach_critic_input), add_value_head, value_after_vlm,
   critic_hidden_sizes (the value head's widths), train_expert_only, extra_delta_transform,
   value_type chunk_level, do_sample. RLinf's ``value_head.*`` / ``noise_head.*`` tensors in the
   folder start the heads; the trained policy is written back in the folder's layout. The π0 keys
@@ -62,6 +62,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,8 @@ MODEL_TYPES = ("mlp", "cnn", "flow_mlp", "sac_mlp", "openvla", "openvla_oft", "p
 PI0_TYPES = ("pi0", "pi05")
 
 #: πRL keys only the flow policies read (flow_mlp, pi0, pi05; refused elsewhere)
-FLOW_KEYS = ("noise_method", "noise_level", "noise_logvar_range", "num_steps", "action_chunk", "joint_logprob",
-             "ignore_last", "detach_critic_input")
+FLOW_KEYS = ("noise_method", "noise_level", "noise_anneal", "noise_params", "noise_logvar_range", "num_steps",
+             "action_chunk", "joint_logprob", "ignore_last", "detach_critic_input")
 #: keys only flow_mlp reads (refused elsewhere, π0 / π0.5 included: their velocity is the checkpoint's)
 FLOW_MLP_KEYS = ("residual_velocity",)
 #: keys only pi0 / pi05 read (refused elsewhere)
@@ -133,6 +134,7 @@ def build_policy(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsS
     model_type = (cfg.model_type or "").lower()
     if model_type in MODEL_TYPES:
         _no_flow_keys(cfg, model_type)
+        check_noise_schedule(cfg)
     if model_type == "flow_mlp":
         return _build_flow(cfg, obs_spec)
     if model_type in PI0_TYPES:
@@ -331,6 +333,7 @@ def check_model_folder(model_cfg: ActorModelConfig | Mapping[str, Any]) -> None:
         from rlinf.models.embodied.pi0.build import plan_from_config
 
         _no_flow_keys(cfg, model_type)
+        check_noise_schedule(cfg)
         plan_from_config(cfg, model_type)
 
 
@@ -341,10 +344,37 @@ def _no_flow_keys(cfg: ActorModelConfig, model_type: str) -> None:
         if model_type in readers:
             continue
         for key in keys:
-            default = field_default(next(f for f in dataclasses.fields(PolicyModelConfig) if f.name == key))
-            if getattr(cfg.policy, key) != default:
+            if getattr(cfg.policy, key) != field_default(_policy_field(key)):
                 raise ConfigError(f"{PATH}.{key}", f"only model_type {', '.join(readers)} read it, not "
                                   f"{model_type}; remove it")
+
+
+def check_noise_schedule(cfg: ActorModelConfig) -> None:
+    """``noise_anneal`` / ``noise_params`` (the flow policies' Flow-SDE schedule): three values,
+    levels > 0, an integer number of steps; flow_sde only; ``noise_level`` left at its default
+    beside the schedule; ``noise_params`` away from RLinf's default only with ``noise_anneal``."""
+    p = cfg.policy
+    params = tuple(p.noise_params)
+    if len(params) != 3 or not all(math.isfinite(v) for v in params) or min(params[:2]) <= 0:
+        raise ConfigError(f"{PATH}.noise_params", f"must be [start, end, anneal_steps] with levels > 0, "
+                          f"got {list(params)}")
+    if params[2] < 1 or not float(params[2]).is_integer():
+        raise ConfigError(f"{PATH}.noise_params", f"anneal_steps (the third value) must be an integer >= 1, "
+                          f"got {params[2]}")
+    if not p.noise_anneal:
+        if params != field_default(_policy_field("noise_params")):
+            raise ConfigError(f"{PATH}.noise_params", "has no effect without noise_anneal: true")
+        return
+    if p.noise_method != "flow_sde":
+        raise ConfigError(f"{PATH}.noise_anneal", "anneals the Flow-SDE noise level; flow_noise learns its std "
+                          "(noise_logvar_range)")
+    if p.noise_level != field_default(_policy_field("noise_level")):
+        raise ConfigError(f"{PATH}.noise_level", "noise_anneal replaces it by noise_params' schedule; remove one "
+                          "of the two")
+
+
+def _policy_field(name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(PolicyModelConfig) if f.name == name)
 
 
 def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
@@ -376,7 +406,8 @@ def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
         state_dim=obs.state_dim, action_dim=action_dim, num_action_chunks=chunks,
         encoder_sizes=(p.hidden_size or 256,) * 2, hidden_sizes=hidden,
         critic_hidden_sizes=p.critic_hidden_sizes or hidden, num_steps=p.num_steps, noise_method=p.noise_method,
-        noise_level=p.noise_level, noise_logvar_range=tuple(p.noise_logvar_range), joint_logprob=p.joint_logprob,
+        noise_level=p.noise_level, noise_anneal=p.noise_anneal, noise_params=p.noise_schedule(),
+        noise_logvar_range=tuple(p.noise_logvar_range), joint_logprob=p.joint_logprob,
         ignore_last=p.ignore_last, add_value_head=p.add_value_head, detach_critic_input=p.detach_critic_input,
         separate_critic=not p.shared_critic_encoder, residual_velocity=p.residual_velocity,
         action_low=tuple(low.tolist()), action_high=tuple(high.tolist()))

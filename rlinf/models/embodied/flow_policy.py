@@ -18,7 +18,10 @@ encoder features (``detach_critic_input`` stops its gradient into the encoder), 
 evaluates; on two PushCube checkpoints ``x_0 = 0`` succeeded less often (1 vs 2 and 1 vs 4 of 32).
 ``act``'s ``raw_actions`` ``[N, K, (S+1) * A + S]`` carry what ``evaluate`` needs to recompute the same
 log-probs: for each action row ``k`` the chain's values ``x_0[k], ..., x_S[k]`` (``A`` each),
-then the ``S`` stochastic-step flags (the same in every row). ``logprobs`` ``[N, K, A]`` are the
+then the ``S`` step slots (the same in every row): 0 for a deterministic step, the Flow-SDE level
+``a`` a stochastic step was sampled with (``noise_level``, or with ``noise_anneal`` RLinf's linear
+schedule over ``noise_params`` at the training step :meth:`set_global_step` gave), 1 for
+Flow-Noise. ``logprobs`` ``[N, K, A]`` are the
 element-wise chain log-probs. ``evaluate`` recomputes them with one velocity call over the
 stochastic ``(row, step)`` pairs (:func:`~rlinf.algorithms.flow_logprob.chain_logprob_gathered`):
 Flow-SDE evaluates the network once per row, not once per step.
@@ -45,11 +48,13 @@ from torch import nn
 from rlinf.algorithms.flow_logprob import (
     NOISE_METHODS,
     chain_logprob_gathered,
+    flow_sde_level,
     pack_chain,
     sample_chain,
     squashed_std,
     stochastic_mask,
     unpack_chain,
+    unpack_step_levels,
 )
 from rlinf.models.embodied.base import EmbodiedPolicy, PolicyOutput, layer_init, mlp, to_tensor
 from rlinf.models.embodied.gaussian import GaussianActorCritic
@@ -67,7 +72,10 @@ class FlowPolicyConfig:
         time_dim: width of the time features (even).
         num_steps: denoising steps ``S``.
         noise_method: flow_sde or flow_noise.
-        noise_level: Flow-SDE ``a``.
+        noise_level: Flow-SDE ``a`` (without ``noise_anneal``).
+        noise_anneal: the Flow-SDE level follows :func:`~rlinf.algorithms.flow_logprob.annealed_noise_level`
+            over ``noise_params`` ``(start, end, anneal_steps)`` at the policy's ``global_step``.
+        noise_params: ``(start, end, anneal_steps)`` of ``noise_anneal``.
         noise_logvar_range: Flow-Noise ``(min_std, max_std)`` of the noise head.
         joint_logprob: mean over ``[x_0, all steps]`` instead of the stochastic step alone.
         ignore_last: Flow-SDE never samples the last step.
@@ -90,6 +98,8 @@ class FlowPolicyConfig:
     num_steps: int = 4
     noise_method: str = "flow_sde"
     noise_level: float = 0.5
+    noise_anneal: bool = False
+    noise_params: tuple[float, float, int] = (0.7, 0.3, 400)
     noise_logvar_range: tuple[float, float] = (0.08, 0.16)
     joint_logprob: bool = False
     ignore_last: bool = False
@@ -193,9 +203,10 @@ class FlowPolicy(EmbodiedPolicy):
             inp = features.detach() if cfg.detach_critic_input else features
         return self.critic(inp).squeeze(-1).float()
 
-    def pack(self, chain: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``raw_actions`` ``[B, K, (S+1) A + S]`` from a chain ``[B, S+1, K, A]`` and mask ``[B, S]``."""
-        return pack_chain(chain, mask, rows=chain.shape[2])
+    def pack(self, chain: torch.Tensor, mask: torch.Tensor, noise_level: float = 1.0) -> torch.Tensor:
+        """``raw_actions`` ``[B, K, (S+1) A + S]`` from a chain ``[B, S+1, K, A]``, mask ``[B, S]``
+        and the level its stochastic steps were sampled with."""
+        return pack_chain(chain, mask, rows=chain.shape[2], noise_level=noise_level)
 
     def unpack(self, raw_actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Inverse of :meth:`pack`: ``(chain, mask)``."""
@@ -211,20 +222,22 @@ class FlowPolicy(EmbodiedPolicy):
         x0 = torch.randn(b, self.num_action_chunks, self.action_dim, generator=generator, device=features.device)
         mask = stochastic_mask(cfg.noise_method, b, cfg.num_steps, cfg.ignore_last, deterministic,
                                generator, features.device)
+        level = flow_sde_level(cfg.noise_level, cfg.noise_anneal, cfg.noise_params, self.global_step, x0.dtype)
         sample = sample_chain(self._velocity_fn(features), x0, cfg.noise_method, cfg.num_steps,
-                              cfg.noise_level, cfg.joint_logprob, mask, generator)
+                              level, cfg.joint_logprob, mask, generator)
         actions = torch.maximum(torch.minimum(sample.chain[:, -1], self.action_high), self.action_low)
-        return PolicyOutput(actions.float(), self.pack(sample.chain.detach(), mask), sample.logprobs,
-                            self._values(x, features), sample.entropy)
+        raw = self.pack(sample.chain.detach(), mask, level if cfg.noise_method == "flow_sde" else 1.0)
+        return PolicyOutput(actions.float(), raw, sample.logprobs, self._values(x, features), sample.entropy)
 
     def evaluate(self, raw_actions: torch.Tensor, states=None, images=None, wrist_images=None,
                  instructions=None) -> PolicyOutput:
         cfg = self.config
         x = self._states(states)
         features = self.encoder(x)
-        chain, mask = self.unpack(to_tensor(raw_actions, features.device))
+        raw = to_tensor(raw_actions, features.device)
+        chain, mask = self.unpack(raw)
         logprobs, entropy = chain_logprob_gathered(self._rows_velocity_fn(features), chain, mask, cfg.noise_method,
-                                                   cfg.noise_level, cfg.joint_logprob)
+                                                   unpack_step_levels(raw, cfg.num_steps), cfg.joint_logprob)
         actions = torch.maximum(torch.minimum(chain[:, -1], self.action_high), self.action_low)
         return PolicyOutput(actions, raw_actions, logprobs, self._values(x, features), entropy)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlinf.algorithms.flow_logprob import unpack_step_levels
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.data.embodied_batch import EmbodiedBatch, Trajectory
 from rlinf.models.embodied.base import ObsSpec
@@ -42,6 +43,18 @@ from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker
 
 #: running state statistics (``rollout.normalize_states``) beside a saved policy / checkpoint
 STATE_NORM_FILE = "state_norm.pt"
+
+
+def sde_level_metrics(traj: Trajectory, cfg: EmbodiedConfig) -> dict[str, float]:
+    """``rollout/noise_level``: the mean Flow-SDE level the step's samples were drawn with, read
+    from their stored chains (flow_mlp / pi0 / pi05 with noise_method flow_sde; it moves with
+    ``noise_anneal``); no entry for the other policies."""
+    model = cfg.actor.model
+    if (model.model_type or "").lower() not in ("flow_mlp", "pi0", "pi05") or model.policy.noise_method != "flow_sde":
+        return {}
+    raw = traj.raw_actions.reshape(-1, *traj.raw_actions.shape[2:])
+    levels = unpack_step_levels(raw, model.policy.num_steps).amax(dim=1)
+    return {"rollout/noise_level": float(levels.mean())}
 
 
 @dataclass
@@ -173,6 +186,7 @@ class EmbodiedRunner(ScheduledRunner):
         return {**stats.metrics("env"), **actor_metrics, "step": float(self.step),
                 "advantage/mean": float(advantages.mean()), "advantage/std": float(advantages.std()),
                 "reward/step_mean": float(traj.rewards.sum(-1).mean()),
+                **sde_level_metrics(traj, self.cfg),
                 "rollout/staleness": float(staleness), "time/rollout": t_rollout, "time/update": t_update,
                 "time/sync": time.perf_counter() - t2, "time/step": elapsed,
                 # ahead: the rollout ran during the last update, so the whole step is its cycle

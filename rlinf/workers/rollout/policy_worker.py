@@ -209,9 +209,11 @@ class PolicyRolloutWorker(Worker):
             self.policy.to(self.device)
 
     def receive_weights(self, version: int | None = None) -> int:
-        """Load the actor's weights from the policy link, in place; returns the new version."""
+        """Load the actor's weights from the policy link, in place; returns the new version (the
+        runner's step, which the policy also gets as its ``global_step``)."""
         state = self.recv_tensors(POLICY_LINK)
         self.onload()
         self.policy.load_state_dict({k: v.to(self.device) for k, v in state.items()})
         self.policy_version = self.policy_version + 1 if version is None else version
+        self.policy.set_global_step(self.policy_version)  # schedules over training (noise_anneal)
         return self.policy_version

@@ -7,8 +7,8 @@ the statistics; null = the folder's only set), tokenizer_path, action_horizon,
 discrete_state_input (pi05), precision (the weights' dtype in memory), action_dim /
 action_env_dim (the env's action dimensions, at most the padded 32 and the statistics' width),
 num_action_chunks / action_chunk (the first ``K`` of the checkpoint's ``H`` actions),
-num_images_in_input (1: main camera, 2: + wrist), the πRL keys (noise_method, noise_level,
-noise_logvar_range, num_steps, joint_logprob, ignore_last), add_value_head, value_after_vlm,
+num_images_in_input (1: main camera, 2: + wrist), the πRL keys (noise_method, noise_level, noise_anneal,
+noise_params, noise_logvar_range, num_steps, joint_logprob, ignore_last), add_value_head, value_after_vlm,
 detach_critic_input, critic_hidden_sizes (the value head's widths), train_expert_only,
 extra_delta_transform, value_type (chunk_level), do_sample.
 
@@ -177,7 +177,8 @@ def build(cfg: ActorModelConfig, obs: ObsSpec, model_type: str):
         raise _err("unnorm_key", str(err.args[0])) from None
     config = Pi0RLConfig(
         action_chunk=chunks, action_env_dim=action_dim, num_steps=p.num_steps, noise_method=p.noise_method,
-        noise_level=p.noise_level, noise_logvar_range=tuple(p.noise_logvar_range), joint_logprob=p.joint_logprob,
+        noise_level=p.noise_level, noise_anneal=p.noise_anneal, noise_params=p.noise_schedule(),
+        noise_logvar_range=tuple(p.noise_logvar_range), joint_logprob=p.joint_logprob,
         ignore_last=p.ignore_last, add_value_head=p.add_value_head, value_after_vlm=p.value_after_vlm,
         detach_critic_input=p.detach_critic_input, train_expert_only=p.train_expert_only,
         num_images=p.num_images_in_input, extra_delta_transform=p.extra_delta_transform,

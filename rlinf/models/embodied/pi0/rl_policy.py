@@ -12,17 +12,19 @@ statistics) behind :class:`~rlinf.models.embodied.base.EmbodiedPolicy`, with the
 * One call runs the PaliGemma prefix once (:meth:`Pi0Model.prefix_cache`) and the action expert
   once per denoising step against it (:meth:`Pi0Model.velocity_cached`): ``x_0 ~ N(0, I)`` ``[B, H,
   32]`` is denoised in ``num_steps`` steps. Flow-SDE: one step ``k`` (the same for the batch) is
-  stochastic with diffusion ``noise_level``; Flow-Noise: every step, with the std of a noise head
-  (RLinf's ``ExploreNoiseNet``: ``tanh`` MLP 128, 64 on each action token's expert output, squashed
-  into ``noise_logvar_range``). ``deterministic`` runs the ODE (no stochastic step) from random
-  noise, as openpi and RLinf's evaluation.
+  stochastic with diffusion ``noise_level`` (with ``noise_anneal`` RLinf's linear schedule over
+  ``noise_params`` at the training step :meth:`set_global_step` gave); Flow-Noise: every step,
+  with the std of a noise head (RLinf's ``ExploreNoiseNet``: ``tanh`` MLP 128, 64 on each action
+  token's expert output, squashed into ``noise_logvar_range``). ``deterministic`` runs the ODE (no
+  stochastic step) from random noise, as openpi and RLinf's evaluation.
 * ``logprobs`` ``[B, K, A]``: the chain's element-wise log-prob (:func:`combine_logprobs`, joint for
   ``joint_logprob``) on the first ``K = action_chunk`` actions and ``A = action_env_dim`` dimensions
   of the normalised, padded chunk (RLinf slices the same way); ``algorithm.logprob_type``
   ``chunk_level`` sums them into one ratio per chunk, ``token_level`` keeps one per element.
   ``entropy`` (Flow-Noise only) is the mean Gaussian entropy of the stochastic steps.
-* ``raw_actions`` ``[B, K, W]``: the whole chain ``[B, S+1, H, 32]`` and the stochastic-step flags
-  (:func:`pack_chain`); :meth:`evaluate` unpacks them and recomputes the same log-probs
+* ``raw_actions`` ``[B, K, W]``: the whole chain ``[B, S+1, H, 32]`` and each step's noise level
+  (0: deterministic; the Flow-SDE level it was sampled with, which ``noise_anneal`` moves over
+  training; :func:`pack_chain`); :meth:`evaluate` unpacks them and recomputes the same log-probs
   (the prefix once, then the expert once over the stochastic ``(row, step)`` pairs gathered,
   :func:`chain_logprob_gathered`: Flow-SDE one expert pass per row instead of one per step that
   any row sampled; Flow-Noise in chunks of ``B`` pairs).
@@ -76,11 +78,13 @@ from torch import nn
 from rlinf.algorithms.flow_logprob import (
     NOISE_METHODS,
     chain_logprob_gathered,
+    flow_sde_level,
     pack_chain,
     sample_chain,
     squashed_std,
     stochastic_mask,
     unpack_chain,
+    unpack_step_levels,
 )
 from rlinf.models.embodied.base import EmbodiedPolicy, PolicyOutput, to_tensor
 from rlinf.models.embodied.pi0.modeling import Pi0Inputs
@@ -113,7 +117,10 @@ class Pi0RLConfig:
         action_env_dim: ``A``, the env's action dimensions (the first ``A`` of the padded 32).
         num_steps: denoising steps ``S``.
         noise_method: flow_sde or flow_noise.
-        noise_level: Flow-SDE diffusion ``a``.
+        noise_level: Flow-SDE diffusion ``a`` (without ``noise_anneal``).
+        noise_anneal: the Flow-SDE level follows :func:`~rlinf.algorithms.flow_logprob.annealed_noise_level`
+            over ``noise_params`` ``(start, end, anneal_steps)`` at the policy's ``global_step``.
+        noise_params: ``(start, end, anneal_steps)`` of ``noise_anneal`` (RLinf's default).
         noise_logvar_range: Flow-Noise ``(min_std, max_std)``.
         joint_logprob: log-prob = mean over ``[x_0, stochastic steps]``.
         ignore_last: Flow-SDE never samples the last step.
@@ -132,6 +139,8 @@ class Pi0RLConfig:
     num_steps: int = 4
     noise_method: str = "flow_sde"
     noise_level: float = 0.5
+    noise_anneal: bool = False
+    noise_params: tuple[float, float, int] = (0.7, 0.3, 400)
     noise_logvar_range: tuple[float, float] = (0.08, 0.16)
     joint_logprob: bool = False
     ignore_last: bool = False
@@ -436,12 +445,14 @@ class Pi0RLPolicy(EmbodiedPolicy):
         mask = stochastic_mask(cfg.noise_method, b, cfg.num_steps, cfg.ignore_last, deterministic, generator,
                                self.device)
         seen: dict = {}
+        level = flow_sde_level(cfg.noise_level, cfg.noise_anneal, cfg.noise_params, self.global_step, x0.dtype)
         sample = sample_chain(self._velocity_fn(kv, pad, inputs.state, seen), x0, cfg.noise_method, cfg.num_steps,
-                              cfg.noise_level, cfg.joint_logprob, mask, generator)
+                              level, cfg.joint_logprob, mask, generator)
         chain = sample.chain.detach()
         entropy = self._cut(sample.entropy) if cfg.noise_method == "flow_noise" else None
-        return PolicyOutput(self.env_actions(chain[:, -1], raw_states), pack_chain(chain, mask, self.num_action_chunks),
-                            self._cut(sample.logprobs), self._values(prefix_out, pad, seen.get("first")), entropy)
+        raw = pack_chain(chain, mask, self.num_action_chunks, level if cfg.noise_method == "flow_sde" else 1.0)
+        return PolicyOutput(self.env_actions(chain[:, -1], raw_states), raw, self._cut(sample.logprobs),
+                            self._values(prefix_out, pad, seen.get("first")), entropy)
 
     def evaluate(self, raw_actions: torch.Tensor, states=None, images=None, wrist_images=None,
                  instructions=None) -> PolicyOutput:
@@ -452,12 +463,13 @@ class Pi0RLPolicy(EmbodiedPolicy):
                         raw_states: torch.Tensor | None = None) -> PolicyOutput:
         """:meth:`evaluate` on already prepared model inputs."""
         cfg = self.config
-        chain, mask = unpack_chain(to_tensor(raw_actions, self.device), cfg.num_steps, self.horizon, self.padded_dim)
+        raw = to_tensor(raw_actions, self.device)
+        chain, mask = unpack_chain(raw, cfg.num_steps, self.horizon, self.padded_dim)
         kv, pad, prefix_out = self._prefix(inputs)
         seen: dict = {}
         velocity = self._rows_velocity_fn(kv, pad, inputs.state, seen)
-        logprobs, entropy = chain_logprob_gathered(velocity, chain, mask, cfg.noise_method, cfg.noise_level,
-                                                   cfg.joint_logprob)
+        logprobs, entropy = chain_logprob_gathered(velocity, chain, mask, cfg.noise_method,
+                                                   unpack_step_levels(raw, cfg.num_steps), cfg.joint_logprob)
         first = None
         if cfg.add_value_head and not cfg.value_after_vlm:
             missing = torch.tensor([r for r in range(chain.shape[0]) if r not in seen], dtype=torch.long,
