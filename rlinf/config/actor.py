@@ -97,7 +97,8 @@ class LrSchedConfig:
         min_lr: final learning rate of a linear / cosine decay; null = actor.optim.min_lr.
         lr_decay_style: schedule after the warm-up.
         lr_decay_iters: optimizer step at which the decay reaches min_lr; null = the run's total
-            optimizer steps.
+            optimizer steps (embodied PPO / GRPO: training steps x update_epochs x global batches
+            per step, counted as if no update stopped early at target_kl).
     """
 
     lr_warmup_fraction: float = 0.0

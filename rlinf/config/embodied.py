@@ -82,6 +82,15 @@ class EmbodiedConfig(RootConfig):
         steps = self.env.train.episode_steps or 50
         return -(-steps // (self.actor.model.policy.num_action_chunks or 1))
 
+    @property
+    def planned_optimizer_steps(self) -> int:
+        """Optimizer steps of the whole run when no update stops early (``target_kl``):
+        training steps x ``update_epochs`` x global batches per step; what ``actor.lr_sched``
+        takes as the run's length (``lr_warmup_fraction``, ``lr_decay_iters: null``)."""
+        samples = self.env.train.total_num_envs * self.chunk_steps * self.algorithm.rollout_epoch
+        steps = self.runner.max_steps if self.runner.max_steps > 0 else self.runner.max_epochs
+        return steps * self.algorithm.update_epochs * max(samples // self.actor.global_batch_size, 1)
+
     #: the key scopes an embodied run reads (see :func:`~rlinf.utils.typed_config.rule`)
     active_scopes = frozenset({"embodied", "fsdp"})
 

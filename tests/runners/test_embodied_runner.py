@@ -68,13 +68,16 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
     """max_head_offpolicyness 1: each update after the first learns from the previous policy
     version's rollout; evaluations and checkpoints collect the rollout in flight first. With
     decoupled_ppo the first update's proximal policy is the one that acted (weights pi_prox /
-    pi_behav all 1), the later ones' is one version newer (weights away from 1)."""
+    pi_behav all 1), the later ones' is one version newer (weights away from 1). actor.lr_sched
+    decays the rate linearly over the run's optimizer steps."""
     from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, max_steps=4,
                      val_check_interval=2, save_interval=2, video=True)
     cfg["algorithm"]["max_head_offpolicyness"] = 1
     cfg["algorithm"]["loss_type"] = "decoupled_ppo"
+    # a linear decay to 0 over the run's planned optimizer steps: 4 steps x 2 epochs x (64 / 16)
+    cfg["actor"]["lr_sched"] = {"lr_decay_style": "linear"}
     summary = run_embodied(cfg, print_fn=lambda *_: None)
     assert summary["steps"] == 4
     metrics = read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))
@@ -84,6 +87,8 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
     assert abs(weights[0][0] - 1) < 1e-3 and abs(weights[0][1] - 1) < 1e-3, weights
     assert all(abs(mx - 1) > 1e-3 for _, mx in weights[1:]), weights
     assert all(m["env/episodes"] == 8 for m in train)  # every collected rollout is whole
+    assert [m["actor/optimizer_steps"] for m in train] == [8.0] * 4
+    assert [m["actor/lr"] for m in train] == pytest.approx([3e-3 * (1 - 8 * k / 32) for k in (1, 2, 3, 4)])
     assert [int(m["step"]) for m in metrics if "eval/success_rate" in m] == [0, 2, 4]
     state = json.loads((tmp_path / "out" / "t" / "checkpoints" / "global_step_4" / "trainer_state.json").read_text())
     assert state["rollouts"] == 4 + 3  # four train rollouts (none left over) and three evaluations

@@ -103,7 +103,8 @@ def launch_embodied_groups(cfg: EmbodiedConfig, cluster: Cluster, plan: Placemen
                                      wait=False)
         launched.append(rollout)
         actor = WorkerGroup.launch(cluster, EmbodiedActorWorker, plan.component("actor"), name=cfg.actor.group_name,
-                                   args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip), wait=False)
+                                   args=(cfg.actor, cfg.algorithm, obs_spec, cfg.critic.value_clip,
+                                         cfg.planned_optimizer_steps), wait=False)
         launched.append(actor)
         rollout.wait_started()
         actor.wait_started()

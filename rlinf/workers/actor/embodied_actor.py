@@ -3,7 +3,10 @@
 Each rank gets an equal shard of the step's samples. Per ``algorithm.update_epochs`` pass the
 shard is shuffled and cut into ``samples / actor.global_batch_size`` minibatches (one optimizer
 step each), every minibatch into micro-batches of ``actor.micro_batch_size`` (gradient
-accumulation). The critic's parameters use ``actor.optim.value_lr`` when set.
+accumulation). The critic's parameters use ``actor.optim.value_lr`` when set. ``actor.lr_sched``
+sets the rate of every optimizer step (warm-up, then constant / linear / cosine decay over
+``lr_decay_iters`` optimizer steps, or the run's planned total; the critic's rate keeps its ratio
+to the actor's); ``actor/lr`` logs the rate the next step will use.
 
 ``algorithm.normalize_minibatch_advantages`` whitens each minibatch's advantages before it is cut
 into micro-batches. ``algorithm.target_kl``: after a minibatch's backward passes, its approximate
@@ -35,6 +38,7 @@ from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.embodied_batch import EmbodiedBatch
 from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded
 from rlinf.engines.training.fsdp_utils import build_mesh, move_optimizer_state
+from rlinf.engines.training.lr_schedule import schedule_from_config
 from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.objectives.embodied import embodied_ppo_loss
@@ -60,7 +64,7 @@ class EmbodiedActorWorker(Worker):
     """
 
     def __init__(self, actor: ActorConfig, algorithm: AlgorithmConfig, obs_spec: ObsSpec,
-                 value_clip: float | None = 0.2):
+                 value_clip: float | None = 0.2, total_steps: int | None = None):
         torch.manual_seed(actor.seed)
         self.init_process_group()
         self.actor, self.algorithm, self.value_clip = actor, algorithm, value_clip
@@ -85,7 +89,18 @@ class EmbodiedActorWorker(Worker):
         self.optimizer = torch.optim.AdamW(groups, betas=(o.adam_beta1, o.adam_beta2), eps=o.adam_eps,
                                            weight_decay=o.weight_decay, fused=fused)
         self.step = 0
+        # actor.lr_sched: the actor's rate follows the schedule, the critic's keeps its ratio to it
+        # (value_lr / lr)
+        self.schedule = schedule_from_config(o, actor.lr_sched, total_steps)
+        self._base_lrs = [g["lr"] * self.schedule.max_lr / o.lr for g in self.optimizer.param_groups]
+        self._apply_lr()
         self.generator = torch.Generator().manual_seed(actor.seed + self.rank)
+
+    def _apply_lr(self) -> None:
+        """Set each parameter group's rate for optimizer step ``self.step`` (``actor.lr_sched``)."""
+        scale = self.schedule.lr_at(self.step) / self.schedule.max_lr
+        for group, base in zip(self.optimizer.param_groups, self._base_lrs):
+            group["lr"] = base * scale
 
     @embodied_train_step
     def update(self, shard: EmbodiedBatch, num_minibatches: int) -> dict[str, float]:
@@ -139,6 +154,7 @@ class EmbodiedActorWorker(Worker):
                                         else grad_norm))
                 self.optimizer.step()
                 self.step += 1
+                self._apply_lr()
             if stopped:
                 break
         out = {f"actor/{k}": v / max(count, 1) for k, v in sums.items()}
@@ -201,6 +217,7 @@ class EmbodiedActorWorker(Worker):
 
     def load_checkpoint(self, path: str) -> None:
         self.step = load_sharded(self.policy, self.optimizer, path)
+        self._apply_lr()
         rng = os.path.join(path, f"rng_rank{self.rank}.pt")
         if os.path.isfile(rng):
             state = torch.load(rng, weights_only=True)
