@@ -78,13 +78,29 @@ def test_an_encoder_that_returns_no_token_ids_fails_at_once():
         PromptDataset([{"prompt": "a", "answer": "1"}], encode=lambda s: {"input_ids": [1]}, max_prompt_length=4)
 
 
-def test_num_workers_tokenise_in_parallel_with_the_same_result():
-    from rlinf.data.prompt_dataset import PromptDataset, encode_all
+_PARALLEL_CHECK = """
+import os
+from rlinf.data.prompt_dataset import PromptDataset, encode_all
 
-    texts = [f"{i} + {i * 7}" for i in range(50)]
-    encode = lambda s: [ord(c) for c in s]  # noqa: E731
-    assert encode_all(texts, encode, num_workers=2) == encode_all(texts, encode, num_workers=0)
-    rows = [{"prompt": t, "answer": "x"} for t in texts]
-    serial = PromptDataset(rows, encode, max_prompt_length=7)
-    parallel = PromptDataset(rows, encode, max_prompt_length=7, num_workers=2)
-    assert serial.prompts == parallel.prompts and serial.dropped == parallel.dropped > 0
+texts = [f"{i} + {i * 7}" for i in range(50)]
+encode = lambda s: [ord(c) for c in s]  # noqa: E731
+assert encode_all(texts, encode, num_workers=2) == encode_all(texts, encode, num_workers=0)
+pids = {p for ids in encode_all(texts, lambda s: [os.getpid()], num_workers=2) for p in ids}
+assert pids and os.getpid() not in pids, pids  # forked workers did the encoding
+rows = [{"prompt": t, "answer": "x"} for t in texts]
+serial = PromptDataset(rows, encode, max_prompt_length=7)
+parallel = PromptDataset(rows, encode, max_prompt_length=7, num_workers=2)
+assert serial.prompts == parallel.prompts and serial.dropped == parallel.dropped > 0
+print("ok")
+"""
+
+
+def test_num_workers_tokenise_in_parallel_with_the_same_result():
+    """Run in a fresh interpreter, as the driver's preflight runs it (before Ray): forked from an
+    xdist worker that hosted Ray's threads earlier, a child can wait for ever on a lock one of
+    those threads held at the fork (stop of 2026-11-29: 300 s, then the limit)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PARALLEL_CHECK], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.split() == ["ok"], out.stderr[-2000:]
