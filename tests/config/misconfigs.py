@@ -293,11 +293,11 @@ CASES = [
        "the HF engine's decode loop chosen for a vLLM rollout"),
     _e(["++rollout.hf_decode=generate"], "rollout.hf_decode", "the HF engine's decode loop in an embodied run"),
     # ---- issue 27: Flow-SDE noise annealing
-    _e(["++actor.model.noise_params=[0.8,0.2,300]"], "actor.model.noise_params", "a noise schedule without "
+    _e(["actor.model.noise_anneal=false"], "actor.model.noise_params", "a noise schedule without "
        "noise_anneal", "maniskill_ppo_flow_cpu"),
     _e(["++actor.model.noise_anneal=true"], "actor.model.noise_anneal", "annealing Flow-Noise's learned std",
        "maniskill_ppo_flow_noise_cpu"),
-    _e(["++actor.model.noise_anneal=true", "++actor.model.noise_params=[0.8,0.2,300]"],
-       "actor.model.noise_level", "a fixed level beside the schedule", "maniskill_ppo_flow_cpu"),
+    _e(["++actor.model.noise_level=0.8"], "actor.model.noise_level", "a fixed level beside the schedule",
+       "maniskill_ppo_flow_cpu"),
     _e(["++actor.model.noise_anneal=true"], "actor.model.noise_anneal", "a noise schedule for a Gaussian MLP", MS),
 ]
