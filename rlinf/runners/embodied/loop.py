@@ -31,6 +31,7 @@ from rlinf.algorithms.flow_logprob import unpack_step_levels
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.data.embodied_batch import EmbodiedBatch, Trajectory
 from rlinf.models.embodied.base import ObsSpec
+from rlinf.models.embodied.factory import PI0_TYPES
 from rlinf.objectives.embodied import embodied_advantages
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.schedule import Schedule, ScheduledRunner
@@ -50,7 +51,7 @@ def sde_level_metrics(traj: Trajectory, cfg: EmbodiedConfig) -> dict[str, float]
     from their stored chains (flow_mlp / pi0 / pi05 with noise_method flow_sde; it moves with
     ``noise_anneal``); no entry for the other policies."""
     model = cfg.actor.model
-    if (model.model_type or "").lower() not in ("flow_mlp", "pi0", "pi05") or model.policy.noise_method != "flow_sde":
+    if (model.model_type or "").lower() not in ("flow_mlp",) + PI0_TYPES or model.policy.noise_method != "flow_sde":
         return {}
     raw = traj.raw_actions.reshape(-1, *traj.raw_actions.shape[2:])
     levels = unpack_step_levels(raw, model.policy.num_steps).amax(dim=1)
