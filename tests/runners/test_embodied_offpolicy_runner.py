@@ -240,3 +240,47 @@ def test_the_memory_estimate_before_ray_holds_the_replay_buffer(tmp_path):
     est = check_before_ray(start.cfg, lines.append, extra=recipe.memory_items(start))
     assert any("replay buffer" in line for line in lines), lines
     assert buffer in est.components["actor"].items
+
+
+class _Call:
+    """A finished-or-not group call for the async loop's bookkeeping (``_local``: wait_first polls)."""
+
+    _local = True
+
+    def __init__(self, done_when):
+        self.done_when = done_when
+
+    def done(self) -> bool:
+        return self.done_when()
+
+    def pending_refs(self) -> list:
+        return [] if self.done() else [self]
+
+    def wait(self) -> list:
+        return [{"actor/version": 1.0}]
+
+
+def test_async_step_starts_the_next_collection_when_the_last_one_ended_during_the_previous_update():
+    """The race behind a hang seen at the 4th async step: the collection in flight ended while
+    the previous update was still running, and the actor's next update waits for the rows of the
+    collection after it. The step must start that collection, not wait on the update alone."""
+    from types import SimpleNamespace as NS
+
+    from rlinf.runners.embodied_offpolicy.loop import OffPolicyRunner
+
+    runner = OffPolicyRunner.__new__(OffPolicyRunner)
+    started, polls = [], []
+
+    def update_done() -> bool:  # the actor's update finishes once a new collection has started
+        polls.append(1)
+        assert len(polls) < 10_000, "waited on the update alone: no collection in flight (deadlock)"
+        return bool(started)
+
+    runner.cfg = NS(runner=NS(weight_sync_interval=1), algorithm=NS(update_epoch=4))
+    runner.groups = NS(actor=NS(execute=lambda *a, **k: _Call(update_done)))
+    runner._segment = (_Call(lambda: True), _Call(lambda: True))  # ended during the last update
+    runner._rows_base, runner.step, runner.rows_per_collection = 0, 3, 64
+    runner._finish_segment = lambda segment: None
+    runner._start_segment = lambda: started.append(1) or (_Call(lambda: False), _Call(lambda: False))
+    assert runner._async_update() == {"actor/version": 1.0}
+    assert started == [1] and runner._actor_version == 1

@@ -203,15 +203,17 @@ class OffPolicyRunner(ScheduledRunner):
         update = self.groups.actor.execute("train_step", self.cfg.algorithm.update_epoch, 0, min_rows,
                                            self.cfg.runner.weight_sync_interval, self.step)
         while True:
-            segment = [c for c in self._segment if not c.done()]
-            wait_first([update, *segment])
-            if not [c for c in self._segment if not c.done()]:  # the collection finished: start the next
+            # Checked before waiting: the collection may have finished while the previous update
+            # ran on. Waiting on the update alone then would deadlock, since the update waits for
+            # rows that only the next collection brings (seen: a hang at the 4th step).
+            if all(c.done() for c in self._segment):  # the collection finished: start the next
                 self._finish_segment(self._segment)
                 self._segment = self._start_segment()
             if update.done():
                 metrics = update.wait()[0]
                 self._actor_version = int(metrics["actor/version"])
                 return metrics
+            wait_first([update, *[c for c in self._segment if not c.done()]])
 
     def _start_segment(self) -> tuple:
         """Start one collection of ``T`` policy steps (env workers continue their episodes)."""
