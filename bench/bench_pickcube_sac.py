@@ -43,10 +43,51 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_pushcube_vs_single_file import _stop  # noqa: E402  (the same process-group stop)
 
 
+def single_file_args(config: str, overrides: list[str]) -> list[str]:
+    """The single file's flags that give it our run's settings, read from the composed config (the
+    YAML plus ``--set``), so that both sides train with the same sizes and hyper-parameters.
+
+    Refuses (ValueError) what the single file cannot mirror: unequal hidden sizes, a critic whose
+    sizes differ from the actor's, Q heads other than twin plain MLPs, a fixed alpha.
+    """
+    from hydra import compose, initialize_config_dir
+
+    os.environ.setdefault("REPO_PATH", ROOT)
+    with initialize_config_dir(os.path.join(ROOT, "examples", "embodiment", "config"), version_base="1.3"):
+        cfg = compose(config, overrides=[o for o in overrides if not o.startswith("hydra")])
+    model, algo, train = cfg.actor.model, cfg.algorithm, cfg.env.train
+    sizes = list(model.policy_hidden_sizes)
+    if len(set(sizes)) != 1 or list(model.critic_hidden_sizes) != sizes:
+        raise ValueError(f"the single file has equal hidden sizes for every network; got policy {sizes}, "
+                         f"critic {list(model.critic_hidden_sizes)}")
+    if model.get("q_head_type", "default") != "default" or model.get("num_q_heads", 2) != 2:
+        raise ValueError("the single file has twin plain MLP Q heads (q_head_type default, num_q_heads 2)")
+    tuning = algo.entropy_tuning
+    fixed = {"entropy_tuning.alpha_type": (tuning.get("alpha_type", "exp"), "exp"),
+             "entropy_tuning.target_entropy": (tuning.target_entropy, -model.action_dim),
+             "entropy_tuning.optim.lr": (tuning.optim.lr, cfg.actor.optim.value_lr),
+             "bootstrap_type": (algo.bootstrap_type, "always"), "backup_entropy": (algo.backup_entropy, True),
+             "n_step": (algo.n_step, 1), "agg_q": (algo.agg_q, "min"),
+             "critic_actor_ratio": (algo.critic_actor_ratio, 1),
+             "uniform_warmup": (algo.uniform_warmup, True), "demo_buffer": (algo.get("demo_buffer"), None)}
+    for key, (got, want) in fixed.items():
+        if got != want:
+            raise ValueError(f"the single file has algorithm.{key} = {want}; the config sets {got}")
+    env_steps = train.total_num_envs * train.max_steps_per_rollout_epoch
+    flags = {"num-envs": train.total_num_envs, "episode-steps": train.max_episode_steps,
+             "training-freq": train.max_steps_per_rollout_epoch, "utd": algo.update_epoch / env_steps,
+             "batch-size": cfg.actor.global_batch_size, "gamma": algo.gamma, "tau": algo.tau,
+             "policy-lr": cfg.actor.optim.lr, "q-lr": cfg.actor.optim.value_lr, "hidden": sizes[0],
+             "layers": len(sizes), "initial-alpha": tuning.initial_alpha,
+             "learning-starts": algo.replay_buffer.min_buffer_size}
+    return [x for k, v in flags.items() for x in (f"--{k}", str(v))]
+
+
 def run_single(args, seed: int, log) -> dict:
-    """The single-file SAC in its own process; evals read from its stdout as they arrive."""
-    cmd = [PY, os.path.join(ROOT, "bench", "single_file_sac.py"), "--seed", str(seed), "--minutes", str(args.minutes),
-           "--stop-at", str(args.target)]
+    """The single-file SAC in its own process, with our run's settings (``single_file_args``);
+    evals read from its stdout as they arrive."""
+    cmd = [PY, os.path.join(ROOT, "bench", "single_file_sac.py"), *single_file_args(args.config, args.set),
+           "--seed", str(seed), "--minutes", str(args.minutes), "--stop-at", str(args.target)]
     if args.quick:
         cmd += ["--minutes", "0.15", "--eval-episodes", "8", "--eval-every-steps", "256", "--learning-starts", "64"]
     t0 = time.perf_counter()

@@ -5,8 +5,9 @@ batch, update-to-data ratio and hyper-parameters).
 Everything in one process: ``num_envs`` ManiSkill CPU environments stepped one after the other,
 fixed-length episodes (``episode_steps``; success does not end one, and every transition
 bootstraps, ManiSkill's ``bootstrap_at_done: always``), a preallocated replay buffer on the CPU,
-twin 3x256 ReLU Q networks with Polyak-averaged targets (``tau``), a tanh-Gaussian actor with
-log-std squashed into [-5, 2], automatic entropy tuning to ``-|A|``, Adam. After ``learning_starts``
+twin ReLU Q networks (``layers`` x ``hidden``) with Polyak-averaged targets (``tau``), a
+tanh-Gaussian actor of the same size with log-std squashed into [-5, 2], automatic entropy tuning
+of log(alpha) from ``initial_alpha`` to ``-|A|``, Adam. After ``learning_starts``
 env steps (random actions until then) every ``training_freq`` vectorised steps run
 ``training_freq * num_envs * utd`` gradient updates.
 
@@ -14,6 +15,8 @@ Evaluation: ``eval_episodes`` deterministic episodes (the tanh of the mean) with
 (``eval_seed + i``), ``success_once``.
 
 Run on its own: ``python bench/single_file_sac.py --minutes 30``; prints one JSON line per eval.
+``bench/bench_pickcube_sac.py`` gives it the flags of the config it compares (its
+``single_file_args``), so the defaults here only matter when it runs alone.
 Self-contained on purpose (CleanRL style): the environment loop repeats the one of
 ``single_file_ppo.py`` rather than importing it.
 """
@@ -35,7 +38,7 @@ from torch import nn
 
 @dataclass
 class Args:
-    """Hyper-parameters (the defaults are the ones the bench compares)."""
+    """Hyper-parameters (defaults: ManiSkill's SAC baseline scaled to 8 CPU envs; the bench passes its config's)."""
 
     env_id: str = "PickCube-v1"
     control_mode: str = "pd_ee_delta_pos"
@@ -51,6 +54,8 @@ class Args:
     policy_lr: float = 3e-4
     q_lr: float = 3e-4
     hidden: int = 256
+    layers: int = 3  # hidden layers of every network (actor and both Qs)
+    initial_alpha: float = 1.0  # the entropy coefficient at the start (ManiSkill: 1; RLinf's SAC: 0.01)
     log_std_min: float = -5.0
     log_std_max: float = 2.0
     eval_episodes: int = 32
@@ -97,15 +102,16 @@ class Envs:
         return torch.cat(obs), torch.tensor(rew), torch.tensor(succ), self.t >= self.T
 
 
-def mlp(i: int, o: int, h: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
-                         nn.Linear(h, o))
+def mlp(i: int, o: int, h: int, layers: int) -> nn.Sequential:
+    dims = [i] + [h] * layers
+    hidden = [m for a, b in zip(dims, dims[1:]) for m in (nn.Linear(a, b), nn.ReLU())]
+    return nn.Sequential(*hidden, nn.Linear(h, o))
 
 
 class Actor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, args: Args, low: torch.Tensor, high: torch.Tensor):
         super().__init__()
-        self.net = mlp(obs_dim, 2 * act_dim, args.hidden)
+        self.net = mlp(obs_dim, 2 * act_dim, args.hidden, args.layers)
         self.lo, self.hi = args.log_std_min, args.log_std_max
         self.register_buffer("scale", (high - low) / 2)
         self.register_buffer("bias", (high + low) / 2)
@@ -163,13 +169,13 @@ def train(args: Args, log=lambda m: print(m, flush=True)) -> list[dict]:
     obs = envs.reset(args.seed * 1000)
     obs_dim, act_dim = obs.shape[1], envs.low.shape[0]
     actor = Actor(obs_dim, act_dim, args, envs.low, envs.high)
-    qs, q_targets = [mlp(obs_dim + act_dim, 1, args.hidden) for _ in range(2)], []
+    qs, q_targets = [mlp(obs_dim + act_dim, 1, args.hidden, args.layers) for _ in range(2)], []
     for q in qs:
-        q_targets.append(mlp(obs_dim + act_dim, 1, args.hidden))
+        q_targets.append(mlp(obs_dim + act_dim, 1, args.hidden, args.layers))
         q_targets[-1].load_state_dict(q.state_dict())
     q_opt = torch.optim.Adam([p for q in qs for p in q.parameters()], lr=args.q_lr)
     pi_opt = torch.optim.Adam(actor.parameters(), lr=args.policy_lr)
-    log_alpha = torch.zeros((), requires_grad=True)
+    log_alpha = torch.tensor(math.log(args.initial_alpha), requires_grad=True)
     a_opt = torch.optim.Adam([log_alpha], lr=args.q_lr)
     target_entropy = -float(act_dim)
     buf = Buffer(args.buffer_size, obs_dim, act_dim)

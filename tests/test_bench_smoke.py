@@ -209,3 +209,27 @@ def test_pushcube_stop_rule():
     assert should_stop(evals(0.5, 0.9, 0.85, 0.5), args())           # two after the first hit
     assert not should_stop(evals(0.9, 0.85, 0.5), args(keep=0.8))    # dropped below 0.8: go on
     assert should_stop(evals(0.9, 0.85, 0.5, 0.95, 0.8, 0.81), args(keep=0.8))
+
+
+def test_pickcube_single_file_gets_the_configs_settings():
+    """The single-file arm is given our composed config's sizes and hyper-parameters, and what
+    it cannot mirror is refused (issue 28: same settings on both sides)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_pickcube_sac import single_file_args
+        from single_file_sac import Args
+    finally:
+        sys.path.pop(0)
+    flags = single_file_args("maniskill_sac_mlp_cpu", ["algorithm.entropy_tuning.initial_alpha=0.05",
+                                                       "actor.model.policy_hidden_sizes=[64,64]",
+                                                       "actor.model.critic_hidden_sizes=[64,64]"])
+    got = dict(zip(flags[::2], flags[1::2]))
+    assert got["--initial-alpha"] == "0.05" and got["--hidden"] == "64" and got["--layers"] == "2"
+    assert float(got["--utd"]) == 0.5 and got["--num-envs"] == "8" and got["--learning-starts"] == "2000"
+    assert set(k[2:].replace("-", "_") for k in got) <= set(vars(Args()))  # every flag exists there
+    with pytest.raises(ValueError, match="equal hidden sizes"):
+        single_file_args("maniskill_sac_mlp_cpu", ["actor.model.policy_hidden_sizes=[256,128]"])
+    with pytest.raises(ValueError, match="twin plain MLP"):
+        single_file_args("maniskill_sac_mlp_cpu", ["actor.model.q_head_type=layernorm"])
+    with pytest.raises(ValueError, match="algorithm.agg_q"):
+        single_file_args("maniskill_sac_mlp_cpu", ["algorithm.agg_q=mean"])
