@@ -44,42 +44,46 @@ from bench_pushcube_vs_single_file import _stop  # noqa: E402  (the same process
 
 
 def single_file_args(config: str, overrides: list[str]) -> list[str]:
-    """The single file's flags that give it our run's settings, read from the composed config (the
-    YAML plus ``--set``), so that both sides train with the same sizes and hyper-parameters.
+    """The single file's flags that give it our run's settings, read from the parsed config (the
+    YAML plus ``--set``, as :class:`~rlinf.config.embodied_offpolicy.OffPolicyEmbodiedConfig`), so
+    that both sides train with the same sizes and hyper-parameters.
 
     Refuses (ValueError) what the single file cannot mirror: unequal hidden sizes, a critic whose
-    sizes differ from the actor's, Q heads other than twin plain MLPs, a fixed alpha.
+    sizes differ from the actor's, Q heads other than twin plain MLPs, and any other algorithm
+    setting it does not have.
     """
     from hydra import compose, initialize_config_dir
 
+    from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig
+    from rlinf.config.resolvers import register_resolvers
+
     os.environ.setdefault("REPO_PATH", ROOT)
+    register_resolvers()
     with initialize_config_dir(os.path.join(ROOT, "examples", "embodiment", "config"), version_base="1.3"):
-        cfg = compose(config, overrides=[o for o in overrides if not o.startswith("hydra")])
-    model, algo, train = cfg.actor.model, cfg.algorithm, cfg.env.train
+        cfg = OffPolicyEmbodiedConfig.from_hydra(compose(config, overrides=overrides), check_paths=False)
+    model, algo, actor = cfg.actor.model.policy, cfg.algorithm, cfg.actor
     sizes = list(model.policy_hidden_sizes)
-    if len(set(sizes)) != 1 or list(model.critic_hidden_sizes) != sizes:
+    if len(set(sizes)) != 1 or list(model.critic_hidden_sizes or sizes) != sizes:
         raise ValueError(f"the single file has equal hidden sizes for every network; got policy {sizes}, "
-                         f"critic {list(model.critic_hidden_sizes)}")
-    if model.get("q_head_type", "default") != "default" or model.get("num_q_heads", 2) != 2:
+                         f"critic {list(model.critic_hidden_sizes or sizes)}")
+    if model.q_head_type != "default" or model.num_q_heads != 2:
         raise ValueError("the single file has twin plain MLP Q heads (q_head_type default, num_q_heads 2)")
-    tuning = algo.entropy_tuning
-    fixed = {"entropy_tuning.alpha_type": (tuning.get("alpha_type", "exp"), "exp"),
+    tuning, q_lr = algo.entropy_tuning, actor.optim.value_lr or actor.optim.lr
+    fixed = {"entropy_tuning.alpha_type": (tuning.alpha_type, "exp"),
              "entropy_tuning.target_entropy": (tuning.target_entropy, -model.action_dim),
-             "entropy_tuning.optim.lr": (tuning.optim.lr, cfg.actor.optim.value_lr),
+             "entropy_tuning.optim.lr": (tuning.optim.lr, q_lr),
              "bootstrap_type": (algo.bootstrap_type, "always"), "backup_entropy": (algo.backup_entropy, True),
              "n_step": (algo.n_step, 1), "agg_q": (algo.agg_q, "min"),
              "critic_actor_ratio": (algo.critic_actor_ratio, 1),
-             "uniform_warmup": (algo.uniform_warmup, True), "demo_buffer": (algo.get("demo_buffer"), None)}
+             "uniform_warmup": (algo.uniform_warmup, True), "demo_buffer": (algo.demo_buffer, None)}
     for key, (got, want) in fixed.items():
         if got != want:
             raise ValueError(f"the single file has algorithm.{key} = {want}; the config sets {got}")
-    env_steps = train.total_num_envs * train.max_steps_per_rollout_epoch
-    flags = {"num-envs": train.total_num_envs, "episode-steps": train.max_episode_steps,
-             "training-freq": train.max_steps_per_rollout_epoch, "utd": algo.update_epoch / env_steps,
-             "batch-size": cfg.actor.global_batch_size, "gamma": algo.gamma, "tau": algo.tau,
-             "policy-lr": cfg.actor.optim.lr, "q-lr": cfg.actor.optim.value_lr, "hidden": sizes[0],
-             "layers": len(sizes), "initial-alpha": tuning.initial_alpha,
-             "learning-starts": algo.replay_buffer.min_buffer_size}
+    envs, steps = cfg.env.train.total_num_envs, cfg.rollout_steps
+    flags = {"num-envs": envs, "episode-steps": cfg.env.train.episode_steps, "training-freq": steps,
+             "utd": algo.update_epoch / (envs * steps), "batch-size": actor.global_batch_size, "gamma": algo.gamma,
+             "tau": algo.tau, "policy-lr": actor.optim.lr, "q-lr": q_lr, "hidden": sizes[0], "layers": len(sizes),
+             "initial-alpha": tuning.initial_alpha, "learning-starts": algo.replay_buffer.min_buffer_size}
     return [x for k, v in flags.items() for x in (f"--{k}", str(v))]
 
 
