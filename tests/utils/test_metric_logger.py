@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import time
 
 import pytest
 
@@ -22,6 +24,11 @@ def test_jsonl_and_tensorboard_events_read_back(tmp_path):
     assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(0, 0.0), (1, 0.5), (2, 1.0)]
 
 
+def _wait_for_the_next_second():
+    now = time.time()
+    time.sleep(math.floor(now) + 1.0 - now + 0.01)
+
+
 def test_resume_logs_every_step_once_in_jsonl_and_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -31,6 +38,11 @@ def test_resume_logs_every_step_once_in_jsonl_and_tensorboard(tmp_path):
     log.close()
     with open(tmp_path / "metrics.jsonl", "a") as f:
         f.write('{"step": 13, "x"')  # torn by the crash
+    # Tensorboard orders event files by name: "events.out.tfevents.<second>.<host>.<pid>.<uid>".
+    # Within one second and one process the uid decides, and it compares as text ("10" < "9"),
+    # so a resume that starts within the first writer's second can sort first. A real resume is
+    # a later process in a later second; wait for that second here.
+    _wait_for_the_next_second()
     log = MetricLogger(str(tmp_path), "p", "e", ["tensorboard"], resume_step=10)
     for step in range(11, 15):
         log.log({"x": 100.0 + step}, step=step)
