@@ -73,7 +73,7 @@ def single_file_args(config: str, overrides: list[str]) -> list[str]:
              "entropy_tuning.target_entropy": (tuning.target_entropy, -model.action_dim),
              "entropy_tuning.optim.lr": (tuning.optim.lr, q_lr),
              "bootstrap_type": (algo.bootstrap_type, "always"), "backup_entropy": (algo.backup_entropy, True),
-             "n_step": (algo.n_step, 1), "agg_q": (algo.agg_q, "min"),
+             "agg_q": (algo.agg_q, "min"),
              "critic_actor_ratio": (algo.critic_actor_ratio, 1),
              "uniform_warmup": (algo.uniform_warmup, True), "demo_buffer": (algo.demo_buffer, None)}
     for key, (got, want) in fixed.items():
@@ -82,7 +82,8 @@ def single_file_args(config: str, overrides: list[str]) -> list[str]:
     envs, steps = cfg.env.train.total_num_envs, cfg.rollout_steps
     flags = {"num-envs": envs, "episode-steps": cfg.env.train.episode_steps, "training-freq": steps,
              "utd": algo.update_epoch / (envs * steps), "batch-size": actor.global_batch_size, "gamma": algo.gamma,
-             "tau": algo.tau, "policy-lr": actor.optim.lr, "q-lr": q_lr, "hidden": sizes[0], "layers": len(sizes),
+             "n-step": algo.n_step, "tau": algo.tau, "policy-lr": actor.optim.lr, "q-lr": q_lr, "hidden": sizes[0],
+             "layers": len(sizes),
              "initial-alpha": tuning.initial_alpha, "learning-starts": algo.replay_buffer.min_buffer_size}
     return [x for k, v in flags.items() for x in (f"--{k}", str(v))]
 

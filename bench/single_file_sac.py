@@ -5,11 +5,12 @@ batch, update-to-data ratio and hyper-parameters).
 Everything in one process: ``num_envs`` ManiSkill CPU environments stepped one after the other,
 fixed-length episodes (``episode_steps``; success does not end one, and every transition
 bootstraps, ManiSkill's ``bootstrap_at_done: always``), a preallocated replay buffer on the CPU,
-twin ReLU Q networks (``layers`` x ``hidden``) with Polyak-averaged targets (``tau``), a
-tanh-Gaussian actor of the same size with log-std squashed into [-5, 2], automatic entropy tuning
-of log(alpha) from ``initial_alpha`` to ``-|A|``, Adam. After ``learning_starts``
-env steps (random actions until then) every ``training_freq`` vectorised steps run
-``training_freq * num_envs * utd`` gradient updates.
+``n_step`` returns folded within each episode (the last ``n - 1`` steps of an episode bootstrap
+from its final observation with the shorter discount), twin ReLU Q networks (``layers`` x
+``hidden``) with Polyak-averaged targets (``tau``), a tanh-Gaussian actor of the same size with
+log-std squashed into [-5, 2], automatic entropy tuning of log(alpha) from ``initial_alpha`` to
+``-|A|``, Adam. After ``learning_starts`` env steps (random actions until then) every
+``training_freq`` vectorised steps run ``training_freq * num_envs * utd`` gradient updates.
 
 Evaluation: ``eval_episodes`` deterministic episodes (the tanh of the mean) with fixed seeds
 (``eval_seed + i``), ``success_once``.
@@ -50,6 +51,7 @@ class Args:
     training_freq: int = 8
     utd: float = 0.5
     gamma: float = 0.8
+    n_step: int = 1  # rewards summed over n steps, bootstrapped with gamma**n (shorter at an episode's end)
     tau: float = 0.01
     policy_lr: float = 3e-4
     q_lr: float = 3e-4
@@ -132,17 +134,48 @@ class Buffer:
         self.next_obs = torch.zeros(size, obs_dim)
         self.act = torch.zeros(size, act_dim)
         self.rew = torch.zeros(size)
+        self.disc = torch.zeros(size)
         self.size, self.n, self.i = size, 0, 0
 
-    def add(self, obs, act, rew, next_obs):
+    def add(self, obs, act, rew, next_obs, disc):
         k = obs.shape[0]
         idx = (self.i + torch.arange(k)) % self.size
         self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx] = obs, act, rew, next_obs
+        self.disc[idx] = disc
         self.i, self.n = (self.i + k) % self.size, min(self.n + k, self.size)
 
     def sample(self, b: int):
         idx = torch.randint(0, self.n, (b,))
-        return self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx]
+        return self.obs[idx], self.act[idx], self.rew[idx], self.next_obs[idx], self.disc[idx]
+
+
+def fold_n_step(window: list, gamma: float):
+    """The transition of the window's first step: (obs, act, sum of gamma**k * reward_k, the last
+    step's next_obs, gamma**len(window)). A window is the last ``n`` vectorised steps
+    ``(obs, act, rew, next_obs)`` of one episode (all envs end episodes together here).
+
+    >>> t = lambda v: torch.tensor([float(v)])
+    >>> _, _, r, o2, d = fold_n_step([(t(0), t(0), t(1), t(1)), (t(1), t(0), t(2), t(2))], 0.5)
+    >>> r.tolist(), o2.tolist(), d
+    ([2.0], [2.0], 0.25)
+    """
+    reward = sum(gamma ** k * step[2] for k, step in enumerate(window))
+    return window[0][0], window[0][1], reward, window[-1][3], gamma ** len(window)
+
+
+def n_step_transitions(window: list, step: tuple, done: bool, n: int, gamma: float) -> list:
+    """Append ``step`` to the episode's ``window`` and return the transitions it completes: the
+    window's first once it holds ``n`` steps; at the episode's end (``done``) every one left, with
+    shorter windows (each bootstraps from the final observation)."""
+    window.append(step)
+    out = []
+    if len(window) == n:
+        out.append(fold_n_step(window, gamma))
+        window.pop(0)
+    while done and window:
+        out.append(fold_n_step(window, gamma))
+        window.pop(0)
+    return out
 
 
 def evaluate(actor: Actor, envs: Envs, args: Args) -> float:
@@ -180,6 +213,7 @@ def train(args: Args, log=lambda m: print(m, flush=True)) -> list[dict]:
     target_entropy = -float(act_dim)
     buf = Buffer(args.buffer_size, obs_dim, act_dim)
     records, steps, updates, episode, next_eval = [], 0, 0, 0, args.eval_every_steps
+    window: list = []  # the episode's last n_step vectorised steps
     while True:
         for _ in range(args.training_freq):
             if steps < args.learning_starts:
@@ -188,7 +222,8 @@ def train(args: Args, log=lambda m: print(m, flush=True)) -> list[dict]:
                 with torch.no_grad():
                     act, _ = actor(obs)
             next_obs, rew, _, done = envs.step(act)
-            buf.add(obs, act, rew, next_obs)
+            for transition in n_step_transitions(window, (obs, act, rew, next_obs), done, args.n_step, args.gamma):
+                buf.add(*transition)
             steps += args.num_envs
             obs = next_obs
             if done:
@@ -196,13 +231,13 @@ def train(args: Args, log=lambda m: print(m, flush=True)) -> list[dict]:
                 obs = envs.reset(args.seed * 1000 + episode * args.num_envs)
         if steps >= args.learning_starts:
             for _ in range(int(args.training_freq * args.num_envs * args.utd)):
-                o, a, r, o2 = buf.sample(args.batch_size)
+                o, a, r, o2, disc = buf.sample(args.batch_size)
                 alpha = log_alpha.exp().detach()
                 with torch.no_grad():
                     a2, logp2 = actor(o2)
                     x2 = torch.cat([o2, a2], -1)
                     q_next = torch.min(q_targets[0](x2), q_targets[1](x2)).squeeze(-1) - alpha * logp2
-                    y = r + args.gamma * q_next   # bootstrap at every done (time limits only)
+                    y = r + disc * q_next   # bootstrap at every done (time limits only)
                 x = torch.cat([o, a], -1)
                 q_loss = sum(F.mse_loss(q(x).squeeze(-1), y) for q in qs)
                 q_opt.zero_grad()

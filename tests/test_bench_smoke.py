@@ -233,3 +233,36 @@ def test_pickcube_single_file_gets_the_configs_settings():
         single_file_args("maniskill_sac_mlp_cpu", ["actor.model.q_head_type=layernorm"])
     with pytest.raises(ValueError, match="algorithm.agg_q"):
         single_file_args("maniskill_sac_mlp_cpu", ["algorithm.agg_q=mean"])
+    assert dict(zip(*[iter(single_file_args("maniskill_sac_mlp_cpu", ["algorithm.n_step=3"]))] * 2))["--n-step"] == "3"
+
+
+def test_single_file_n_step_returns_match_ours_within_an_episode():
+    """The single file's n-step folding gives the transitions our NStepAccumulator gives on the
+    same 4-step episode that ends by its time limit (n = 3, gamma 0.5): full windows, then the
+    shorter ones at the end, each bootstrapping from the final observation."""
+    import torch
+
+    from rlinf.data.replay_buffer import NStepAccumulator
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from single_file_sac import n_step_transitions
+    finally:
+        sys.path.pop(0)
+    acc, window, ours, theirs = NStepAccumulator(n=3, gamma=0.5), [], [], []
+    rewards = [1.0, 2.0, 4.0, 8.0]
+    for t, r in enumerate(rewards):
+        obs, act, rew, nxt = torch.tensor([[float(t)]]), torch.tensor([[0.1 * t]]), torch.tensor([r]), torch.tensor(
+            [[t + 1.0]])
+        last = t == len(rewards) - 1
+        out = acc.push({"obs": obs, "action": act, "reward": rew, "next_obs": nxt,
+                        "terminated": torch.tensor([False]), "truncated": torch.tensor([last])})
+        if out is not None:
+            ours += [(out["obs"][i, 0].item(), out["reward"][i].item(), out["next_obs"][i, 0].item(),
+                      out["discount"][i].item()) for i in range(out["reward"].shape[0])]
+        theirs += [(o[0, 0].item(), r_[0].item(), o2[0, 0].item(), d)
+                   for o, _, r_, o2, d in n_step_transitions(window, (obs, act, rew, nxt), last, 3, 0.5)]
+    # by hand: from t=0: 1 + 0.5*2 + 0.25*4 = 3, next obs 3, discount 0.125; t=1: 2 + 2 + 2 = 6;
+    # then the end: t=2: 4 + 0.5*8 = 8 (discount 0.25), t=3: 8 (discount 0.5), all to next obs 4
+    assert theirs == [(0.0, 3.0, 3.0, 0.125), (1.0, 6.0, 4.0, 0.125), (2.0, 8.0, 4.0, 0.25), (3.0, 8.0, 4.0, 0.5)]
+    assert sorted(ours) == theirs
