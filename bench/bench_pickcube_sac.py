@@ -40,7 +40,7 @@ GOAL_SPEEDUP = 1.2
 ARM_NAMES = {"single": "single-file SAC", "sync": "ours (sync)", "async": "ours (async)"}
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_pushcube_vs_single_file import _stop  # noqa: E402  (the same process-group stop)
+from bench_pushcube_vs_single_file import JsonlTail, _stop  # noqa: E402  (the same tail and process-group stop)
 
 
 def single_file_args(config: str, overrides: list[str]) -> list[str]:
@@ -134,13 +134,11 @@ def run_ours(args, seed: int, mode: str, log) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True,
                             start_new_session=True)
-    evals, seen, stop_t, steps = [], 0, None, 0
+    evals, stop_t, steps, tail = [], None, 0, JsonlTail(metrics)
     try:
         while True:
             done = proc.poll() is not None
-            lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
-            for line in lines[seen:]:
-                rec = json.loads(line)
+            for rec in tail.new():
                 steps = int(rec.get("throughput/env_steps_total", steps))
                 if "eval/success_rate" in rec:
                     evals.append({"minutes": (time.perf_counter() - t0) / 60, "env_steps": steps,
@@ -149,7 +147,6 @@ def run_ours(args, seed: int, mode: str, log) -> dict:
                         f"eval {rec['eval/success_rate']:.3f}")
                     if rec["eval/success_rate"] >= args.target and int(rec["step"]) > 0 and stop_t is None:
                         stop_t = time.perf_counter()
-            seen = len(lines)
             capped = not args.quick and (time.perf_counter() - t0) / 60 >= args.minutes  # quick: its 2 steps
             if done or stop_t is not None or capped:
                 break

@@ -37,6 +37,40 @@ SAMPLES_PER_ITER = 8 * 50   # env.train.total_num_envs x episode length, both si
 GOAL_SPEEDUP = 1.2
 
 
+class JsonlTail:
+    """The records appended to a JSON-lines file since the last call, whole lines only: a line the
+    writer has not finished yet stays for the next call (reading it half-written once ended a
+    30-minute bench run with a JSONDecodeError), and only the new bytes are read each time.
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.jsonl")
+    >>> tail = JsonlTail(path)
+    >>> tail.new()
+    []
+    >>> with open(path, "w") as f:
+    ...     _ = f.write('{"a": 1}\\n{"b"')
+    >>> tail.new()
+    [{'a': 1}]
+    >>> with open(path, "a") as f:
+    ...     _ = f.write(': 2}\\n')
+    >>> tail.new()
+    [{'b': 2}]
+    """
+
+    def __init__(self, path: str):
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def new(self) -> list[dict]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            chunk = f.read()
+        self.offset += len(chunk)
+        *whole, self.partial = (self.partial + chunk).split(b"\n")
+        return [json.loads(line) for line in whole if line.strip()]
+
+
 def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     """SIGINT the process group (our runner shuts its workers down), SIGKILL after ``grace_s``."""
     if proc.poll() is not None:
@@ -110,13 +144,11 @@ def run_ours(args, log) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
                             text=True, start_new_session=True)
-    evals, seen, stop_t = [], 0, None
+    evals, stop_t, tail = [], None, JsonlTail(metrics)
     try:
         while True:
             done = proc.poll() is not None
-            lines = open(metrics).read().splitlines() if os.path.exists(metrics) else []
-            for line in lines[seen:]:
-                rec = json.loads(line)
+            for rec in tail.new():
                 if "eval/success_rate" in rec:
                     evals.append({"minutes": (time.perf_counter() - t0) / 60,
                                   "env_steps": int(rec["step"]) * SAMPLES_PER_ITER,
@@ -125,7 +157,6 @@ def run_ours(args, log) -> dict:
                         f"eval {rec['eval/success_rate']:.3f}")
                     if should_stop(evals, args) and stop_t is None:
                         stop_t = time.perf_counter()
-            seen = len(lines)
             if done or stop_t is not None or (time.perf_counter() - t0) / 60 >= args.minutes:
                 break
             time.sleep(0.2)

@@ -3,6 +3,8 @@ leaves the critic alone; targets follow by Polyak; a resumed learner continues i
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -111,3 +113,22 @@ def test_bad_settings_name_the_key():
         SACLearner(2, 1, SACSettings(critic_actor_ratio=0))
     with pytest.raises(ValueError, match="target_update_freq"):
         SACLearner(2, 1, SACSettings(target_update_freq=0))
+
+
+def test_gradient_norms_are_skipped_on_request_unless_they_clip():
+    """``norms=False`` leaves the unclipped norms out (NaN) and the update itself unchanged;
+    with clip_grad set the norm is computed (the clip needs it) and the gradient is clipped."""
+    batch = _bandit_batch(torch.Generator().manual_seed(2), 16)
+
+    def make(**kw) -> SACLearner:
+        torch.manual_seed(0)
+        return SACLearner(2, 1, SACSettings(hidden_sizes=(8,), **kw), generator=torch.Generator().manual_seed(1))
+
+    a, b = make(), make()
+    with_norms, without = a.update(batch), b.update(batch, norms=False)
+    assert with_norms["critic_grad_norm"] > 0 and with_norms["actor_grad_norm"] > 0
+    assert math.isnan(without["critic_grad_norm"]) and math.isnan(without["actor_grad_norm"])
+    assert without["critic_loss"] == with_norms["critic_loss"]
+    assert all(torch.equal(p, q) for p, q in zip(a.critic.parameters(), b.critic.parameters()))
+    clipped = make(clip_grad=1e-6).update(batch, norms=False)
+    assert clipped["critic_grad_norm"] == pytest.approx(with_norms["critic_grad_norm"])

@@ -47,7 +47,8 @@ def test_demonstrations_fill_half_of_each_batch(monkeypatch):
     w.add_transitions(_rows(12, 6))
     seen = []
     real = w.learner.update
-    monkeypatch.setattr(w.learner, "update", lambda batch: seen.append(batch["reward"].clone()) or real(batch))
+    monkeypatch.setattr(w.learner, "update",
+                        lambda batch, **kw: seen.append(batch["reward"].clone()) or real(batch, **kw))
     w.update(3)
     assert all(int((r >= 100).sum()) == 4 for r in seen)
 
