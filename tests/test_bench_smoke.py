@@ -226,6 +226,7 @@ def test_pickcube_single_file_gets_the_configs_settings():
     got = dict(zip(flags[::2], flags[1::2]))
     assert got["--initial-alpha"] == "0.05" and got["--hidden"] == "64" and got["--layers"] == "2"
     assert float(got["--utd"]) == 0.5 and got["--num-envs"] == "8" and got["--learning-starts"] == "2000"
+    assert (got["--batch-size"], got["--n-step"], float(got["--tau"])) == ("128", "3", 0.05)  # the config's
     assert set(k[2:].replace("-", "_") for k in got) <= set(vars(Args()))  # every flag exists there
     with pytest.raises(ValueError, match="equal hidden sizes"):
         single_file_args("maniskill_sac_mlp_cpu", ["actor.model.policy_hidden_sizes=[256,128]"])
@@ -233,7 +234,7 @@ def test_pickcube_single_file_gets_the_configs_settings():
         single_file_args("maniskill_sac_mlp_cpu", ["actor.model.q_head_type=layernorm"])
     with pytest.raises(ValueError, match="algorithm.agg_q"):
         single_file_args("maniskill_sac_mlp_cpu", ["algorithm.agg_q=mean"])
-    assert dict(zip(*[iter(single_file_args("maniskill_sac_mlp_cpu", ["algorithm.n_step=3"]))] * 2))["--n-step"] == "3"
+    assert dict(zip(*[iter(single_file_args("maniskill_sac_mlp_cpu", ["algorithm.n_step=1"]))] * 2))["--n-step"] == "1"
 
 
 def test_single_file_n_step_returns_match_ours_within_an_episode():
