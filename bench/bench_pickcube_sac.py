@@ -14,10 +14,13 @@ Both sides evaluate 32 deterministic episodes with fixed seeds every ~20k env st
 
 Reported per arm and seed: env steps/s end to end (train env steps at the stop / wall seconds
 from launch to the stop, evaluations included), minutes from launch to the first eval >= the
-target, the best and the last eval. Goals (issue 28): ours >= 1.2x the single file's env
-steps/s and no slower to 0.8, per seed, in the config's mode (async; its update-to-data ratio is
-logged as ``replay/utd`` and was 0.49 against the single file's 0.5 at batch 128); the sync row
-shows what overlapping simulation and updates changes (env steps/s and minutes to 0.8).
+target, the best and the last eval, and the machine's speed just before and after the arm
+(``machine_probe.probe_ms``: a fixed one-thread workload; this shared VM's speed drifts by tens
+of percent over an hour with its load average unchanged, so compare arms whose probes agree).
+Goals (issue 28): ours >= 1.2x the single file's env steps/s and no slower to 0.8, per seed, in
+the config's mode (async; its update-to-data ratio is logged as ``replay/utd`` and was 0.49
+against the single file's 0.5 at batch 128); the sync row shows what overlapping simulation and
+updates changes (env steps/s and minutes to 0.8).
 
 ``--quick``: one seed, seconds of each arm with tiny sizes (the single file for 0.15 min; ours 2
 steps with updates in the second and one evaluation of 8 episodes of 10 steps at the end), for the
@@ -42,6 +45,7 @@ ARM_NAMES = {"single": "single-file SAC", "sync": "ours (sync)", "async": "ours 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_pushcube_vs_single_file import JsonlTail, _stop  # noqa: E402  (the same tail and process-group stop)
+from machine_probe import probe_ms  # noqa: E402
 
 
 def single_file_args(config: str, overrides: list[str]) -> list[str]:
@@ -162,13 +166,15 @@ def run_ours(args, seed: int, mode: str, log) -> dict:
 
 
 def summarize(arm: str, seed: int, res: dict, target: float) -> dict:
+    """One table row of an arm's result; ``probe`` is the machine probe (ms, before / after the arm)."""
     ev = res["evals"]
     steps = ev[-1]["env_steps"] if ev else 0
     wall = ev[-1]["minutes"] * 60 if ev else res["wall_s"]  # launch -> the last eval (the stop)
     to_target = next((e["minutes"] for e in ev if e["success"] >= target and e["env_steps"] > 0), None)
     return {"arm": arm, "name": ARM_NAMES[arm], "seed": seed, "env_steps": steps, "wall_s": wall,
             "sps": steps / max(wall, 1e-9), "to_target": to_target,
-            "best": max((e["success"] for e in ev), default=0.0), "last": ev[-1]["success"] if ev else 0.0}
+            "best": max((e["success"] for e in ev), default=0.0), "last": ev[-1]["success"] if ev else 0.0,
+            "probe": res.get("probe")}
 
 
 def fmt_min(x):
@@ -177,11 +183,12 @@ def fmt_min(x):
 
 def table(rows: list[dict], target: float) -> list[str]:
     out = [f"| run | seed | env steps | wall s | env steps/s (end to end) | min to {target:g} | best eval | "
-           "last eval |",
-           "|---|---|---|---|---|---|---|---|"]
+           "last eval | probe ms before / after |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        probe = "" if not r.get("probe") else "{:.1f} / {:.1f}".format(*r["probe"])
         out.append(f"| {r['name']} | {r['seed']} | {r['env_steps']} | {r['wall_s']:.0f} | {r['sps']:.1f} | "
-                   f"{fmt_min(r['to_target'])} | {r['best']:.3f} | {r['last']:.3f} |")
+                   f"{fmt_min(r['to_target'])} | {r['best']:.3f} | {r['last']:.3f} | {probe} |")
     by = {(r["arm"], r["seed"]): r for r in rows}
     for seed in sorted({r["seed"] for r in rows}):
         single = by.get(("single", seed))
@@ -195,12 +202,12 @@ def table(rows: list[dict], target: float) -> list[str]:
             sp = "PASS" if ratio >= GOAL_SPEEDUP else "MISS"
             tt = ("PASS" if ours["to_target"] is not None and (single["to_target"] is None
                                                                or ours["to_target"] <= single["to_target"]) else "MISS")
-            out.append(f"| {ours['name']} / single-file | {seed} | | | {ratio:.2f}x ({sp}) | {t} ({tt}) | | |")
+            out.append(f"| {ours['name']} / single-file | {seed} | | | {ratio:.2f}x ({sp}) | {t} ({tt}) | | | |")
         sync, asy = by.get(("sync", seed)), by.get(("async", seed))
         if sync is not None and asy is not None:
             t = ("-" if sync["to_target"] is None or asy["to_target"] is None
                  else f"{asy['to_target'] / sync['to_target']:.2f}x")
-            out.append(f"| async / sync | {seed} | | | {asy['sps'] / max(sync['sps'], 1e-9):.2f}x | {t} | | |")
+            out.append(f"| async / sync | {seed} | | | {asy['sps'] / max(sync['sps'], 1e-9):.2f}x | {t} | | | |")
     return out
 
 
@@ -227,7 +234,10 @@ def main() -> None:
         for arm in arms:
             log(f"{ARM_NAMES[arm]}, seed {seed}: running (cap {args.minutes:g} min, stop at the first eval >= "
                 f"{args.target})")
+            before = probe_ms()
             res = run_single(args, seed, log) if arm == "single" else run_ours(args, seed, arm, log)
+            res["probe"] = (before, probe_ms())
+            log(f"  machine probe: {before:.1f} ms before, {res['probe'][1]:.1f} ms after")
             results[f"{arm}/{seed}"] = res
             rows.append(summarize(arm, seed, res, args.target))
     print(f"load after: {os.getloadavg()[0]:.2f} (1-min average)")

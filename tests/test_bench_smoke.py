@@ -193,6 +193,10 @@ def test_pickcube_sac_quick_prints_every_arm(bench_runs):
     rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
     for name in ("single-file SAC", "ours (sync)", "ours (async)", "ours (sync) / single-file", "async / sync"):
         assert any(r.startswith(f"| {name} |") for r in rows), out.stdout
+    for name in ("single-file SAC", "ours (sync)", "ours (async)"):  # each arm's machine probe (ms, before / after)
+        row = next(r for r in rows if r.startswith(f"| {name} |"))
+        before, after = (float(x) for x in row.rstrip(" |").rsplit("|", 1)[1].split(" / "))
+        assert 0 < before < 10_000 and 0 < after < 10_000, row
 
 
 def test_pushcube_stop_rule():
