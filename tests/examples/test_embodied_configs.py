@@ -103,7 +103,7 @@ def test_tiny_cpu_variant_changes_only_the_scale_of_its_gpu_config(gpu):
     assert big["actor.model.model_type"] == tiny["actor.model.model_type"] == "openvla_oft"
 
 
-def _tiny_run(name, tmp_path, lora: bool):
+def _tiny_run(name, tmp_path, lora: bool, extra=()):
     from rlinf.models.embodied.openvla.tiny import write_tiny_lora, write_tiny_openvla
     from rlinf.runners.embodied.recipe import run_embodied
 
@@ -113,7 +113,7 @@ def _tiny_run(name, tmp_path, lora: bool):
     # test (tests/runners/test_embodied_runner.py::test_env_offload_releases_simulators_...)
     overrides = [f"runner.output_dir={tmp_path / 'out'}", f"actor.model.model_path={base}",
                  "runner.max_epochs=1", "runner.val_check_interval=1", "runner.save_interval=1",
-                 "env.enable_offload=false"]
+                 "env.enable_offload=false", *extra]
     if lora:
         overrides.append(f"actor.model.lora_path={write_tiny_lora(base, tmp_path / 'lora')}")
     cfg = load(name, overrides)
@@ -159,16 +159,17 @@ def test_maniskill_openvlaoft_tiny_cpu_runs_end_to_end(ray_cluster, tmp_path, ca
     assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == 2  # K = 2 chunks
 
 
-@pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("libero") is None,
                     reason="LIBERO is not installed (the libero extra of scripts/setup_env.sh)")
-def test_libero_grpo_openvlaoft_tiny_cpu_runs_end_to_end(ray_cluster, tmp_path):
+def test_libero_grpo_openvlaoft_tiny_cpu_runs_end_to_end(tmp_path):
+    """On the local backend (every group in this process): OpenVLA-OFT under Ray is the ManiSkill
+    run's above, LIBERO under Ray test_pi0_configs' π0 PPO run; here the LIBERO + OpenVLA-OFT pair."""
     from rlinf.engines.simulators.libero_setup import bundled_assets_dir
 
     if bundled_assets_dir() is None:
         pytest.skip("LIBERO assets are not installed")
     name = "libero_grpo_openvlaoft_tiny_cpu"
-    cfg, summary, log = _tiny_run(name, tmp_path, lora=False)
+    cfg, summary, log = _tiny_run(name, tmp_path, lora=False, extra=["cluster.backend=local"])
     assert summary["steps"] == 1 and "val/last_success_rate" in summary
     step = _train_step(log)
     assert step["env/episodes"] == 2 and "actor/policy_loss" in step and "actor/value_loss" not in step

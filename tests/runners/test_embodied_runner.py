@@ -115,7 +115,8 @@ def test_grpo_with_action_chunks_and_fixed_reset_groups(ray_cluster, tmp_path):
 def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp_path):
     """The VLA path: a tiny OpenVLA-OFT checkpoint in the real format (random weights, LoRA)
     acting on the toy task's camera image and instruction, K=2 chunks of A=2 actions, a GRPO step
-    and a PPO step."""
+    (on the local backend: the groups in this process, ~25 s less than a Ray launch) and a PPO
+    step (under Ray)."""
     from rlinf.models.embodied.openvla.tiny import TINY_UNNORM_KEY, write_tiny_openvla
     from rlinf.runners.embodied.recipe import run_embodied
 
@@ -131,6 +132,8 @@ def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp
                                  "is_lora": True, "lora_rank": 4, "add_value_head": adv == "gae",
                                  "value_type": "chunk_level"}
         cfg["actor"].update(micro_batch_size=4, global_batch_size=8)
+        if adv == "grpo":
+            cfg["cluster"]["backend"] = "local"
         assert run_embodied(cfg, print_fn=lambda *_: None)["steps"] == 1
         step = read_metrics(str(tmp_path / adv / "out" / "t" / "metrics.jsonl"))[-1]
         assert step["actor/grad_norm"] > 0, adv
