@@ -100,11 +100,14 @@ def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, t
             if "actor/grad_norm" in m} == {0.0}
 
 
-def test_grpo_with_action_chunks_and_fixed_reset_groups(ray_cluster, tmp_path):
+def test_grpo_with_action_chunks_and_fixed_reset_groups(tmp_path):
+    """On the local backend (the groups in this process: the loop under test is the same; a Ray
+    launch of the three groups costs ~20 s here)."""
     from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env,rollout": "0", "actor": "0"}, 1, adv="grpo", stages=1, chunks=2,
                      group=4)
+    cfg["cluster"]["backend"] = "local"
     cfg["actor"]["global_batch_size"] = 8
     summary = run_embodied(cfg, print_fn=lambda *_: None)
     assert summary["steps"] == 2
@@ -219,12 +222,14 @@ def test_env_offload_releases_simulators_between_rollouts_when_sharing_the_actor
         groups.shutdown()
 
 
-def test_state_normalisation_target_kl_and_minibatch_advantages_on_one_actor_process(ray_cluster, tmp_path):
+def test_state_normalisation_target_kl_and_minibatch_advantages_on_one_actor_process(tmp_path):
+    """On the local backend, as the GRPO test above."""
     import torch
 
     from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2)
+    cfg["cluster"]["backend"] = "local"
     cfg["rollout"].update(normalize_states=True, state_norm_clip=5.0)
     # the first minibatch of an update sees the rollout policy itself (KL ~ 0 < 1e-6); after one
     # optimizer step the next minibatch's KL exceeds 1e-6, so every update takes exactly 1 step
