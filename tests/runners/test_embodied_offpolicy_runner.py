@@ -126,12 +126,15 @@ def _write_toy_demos(path: Path, episodes: int = 3, obs_dim: int = 4) -> Path:
     return path
 
 
-def test_rlpd_mixes_a_tiny_demo_file_into_every_batch(ray_cluster, tmp_path):
+def test_rlpd_mixes_a_tiny_demo_file_into_every_batch(tmp_path):
+    """On the local backend (the groups in this process; sync and async under Ray are the runs
+    above, and a Ray launch costs ~20 s here)."""
     from rlinf.runners.embodied_offpolicy.recipe import run_offpolicy
 
     demo = _write_toy_demos(tmp_path / "demos" / "trajectory.h5")
     cfg = sac_config(tmp_path, critic_subsample_size=2, actor_agg_q="mean", backup_entropy=False,
                      demo_buffer={"load_path": str(demo)})
+    cfg["cluster"]["backend"] = "local"
     cfg["actor"]["model"].update(num_q_heads=4, q_head_type="layernorm")
     cfg["runner"]["max_steps"] = 1
     lines: list[str] = []
