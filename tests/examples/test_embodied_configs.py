@@ -143,15 +143,17 @@ def _check_saved_policy(folder: Path, name: str):
     assert vla_predict.main(args) == 0, name
 
 
-@pytest.mark.ray
 @pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
-def test_maniskill_openvlaoft_tiny_cpu_runs_end_to_end(ray_cluster, tmp_path, capsys):
+def test_maniskill_openvlaoft_tiny_cpu_runs_end_to_end(tmp_path, capsys):
+    """On the local backend (every group in this process): OpenVLA-OFT with LoRA under Ray is the
+    tiny VLA PPO step of tests/runners/test_embodied_runner.py, ManiSkill under Ray the PushCube
+    PPO run of tests/runners/test_embodied_simulators_e2e.py."""
     from rlinf.engines.simulators.maniskill import vulkan_unavailable_reason
 
     if problem := vulkan_unavailable_reason():
         pytest.skip(f"ManiSkill cannot render here: {problem}")
     name = "maniskill_ppo_openvlaoft_tiny_cpu"
-    cfg, summary, log = _tiny_run(name, tmp_path, lora=True)
+    cfg, summary, log = _tiny_run(name, tmp_path, lora=True, extra=["cluster.backend=local"])
     assert summary["steps"] == 1 and "val/last_success_rate" in summary
     step = _train_step(log)
     assert step["env/episodes"] == 2 and step["actor/grad_norm"] > 0 and "actor/value_loss" in step
@@ -162,8 +164,8 @@ def test_maniskill_openvlaoft_tiny_cpu_runs_end_to_end(ray_cluster, tmp_path, ca
 @pytest.mark.skipif(importlib.util.find_spec("libero") is None,
                     reason="LIBERO is not installed (the libero extra of scripts/setup_env.sh)")
 def test_libero_grpo_openvlaoft_tiny_cpu_runs_end_to_end(tmp_path):
-    """On the local backend (every group in this process): OpenVLA-OFT under Ray is the ManiSkill
-    run's above, LIBERO under Ray test_pi0_configs' π0 PPO run; here the LIBERO + OpenVLA-OFT pair."""
+    """On the local backend, as the ManiSkill run above; LIBERO under Ray is test_pi0_configs' π0
+    PPO run; here the LIBERO + OpenVLA-OFT pair."""
     from rlinf.engines.simulators.libero_setup import bundled_assets_dir
 
     if bundled_assets_dir() is None:
