@@ -14,13 +14,12 @@ from rlinf.utils.metric_logger import read_metrics
 from tests.runners.test_embodied_runner import toy_config
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-pytestmark = pytest.mark.ray
 
 
 # the first under Ray (the chain crosses process boundaries), the other two on the local backend
-# (the same loop with every group in this process: ~12 s less each than a Ray launch)
+# (the same loop with every group in this process: ~20 s less each than a Ray launch)
 @pytest.mark.parametrize(("flow", "backend"), [
-    ({"noise_method": "flow_sde", "num_steps": 3, "ignore_last": True}, "ray"),
+    pytest.param({"noise_method": "flow_sde", "num_steps": 3, "ignore_last": True}, "ray", marks=pytest.mark.ray),
     ({"noise_method": "flow_noise", "num_steps": 2, "joint_logprob": True, "detach_critic_input": True}, "local"),
     ({"noise_method": "flow_sde", "num_steps": 3, "noise_anneal": True, "noise_params": [0.9, 0.3, 1]}, "local")])
 def test_flow_policy_ppo_steps(request, tmp_path, flow, backend):
@@ -28,8 +27,7 @@ def test_flow_policy_ppo_steps(request, tmp_path, flow, backend):
 
     if backend == "ray":
         request.getfixturevalue("ray_cluster")
-    cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2, stages=1, chunks=2)
-    cfg["cluster"]["backend"] = backend
+    cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2, stages=1, chunks=2, backend=backend)
     cfg["actor"]["model"].update(model_type="flow_mlp", hidden_size=16, policy_hidden_sizes=[16],
                                  critic_hidden_sizes=[16], **flow)
     # the first minibatch of an update recomputes the rollout's log-probs (KL ~ 0 < 1e-6), the next

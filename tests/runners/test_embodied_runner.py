@@ -17,13 +17,14 @@ pytestmark = pytest.mark.ray
 
 
 def toy_config(tmp_path, placement, accelerators, *, adv="gae", stages=2, chunks=1, envs=8,
-               group=1, video=False, **runner):
+               group=1, video=False, backend="ray", **runner):
     env = {"env_type": "toy", "total_num_envs": envs, "max_episode_steps": 8, "auto_reset": True,
            "use_fixed_reset_state_ids": adv == "grpo", "group_size": group,
            "video_cfg": {"save_video": video, "video_base_dir": str(tmp_path / "video")},
            "init_params": {"camera_heights": 16, "camera_widths": 16} if video else {}}
     return {
-        "cluster": {"num_nodes": 1, "accelerators_per_node": accelerators, "component_placement": placement},
+        "cluster": {"num_nodes": 1, "accelerators_per_node": accelerators, "component_placement": placement,
+                    "backend": backend},
         "runner": {"task_type": "embodied", "max_steps": 2, "val_check_interval": 2, "save_interval": -1,
                    "output_dir": str(tmp_path / "out"), "experiment_name": "t",
                    "logger": {"log_path": str(tmp_path / "out" / "t")}, **runner},
@@ -106,8 +107,7 @@ def test_grpo_with_action_chunks_and_fixed_reset_groups(tmp_path):
     from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env,rollout": "0", "actor": "0"}, 1, adv="grpo", stages=1, chunks=2,
-                     group=4)
-    cfg["cluster"]["backend"] = "local"
+                     group=4, backend="local")
     cfg["actor"]["global_batch_size"] = 8
     summary = run_embodied(cfg, print_fn=lambda *_: None)
     assert summary["steps"] == 2
@@ -118,7 +118,7 @@ def test_grpo_with_action_chunks_and_fixed_reset_groups(tmp_path):
 def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp_path):
     """The VLA path: a tiny OpenVLA-OFT checkpoint in the real format (random weights, LoRA)
     acting on the toy task's camera image and instruction, K=2 chunks of A=2 actions, a GRPO step
-    (on the local backend: the groups in this process, ~25 s less than a Ray launch) and a PPO
+    (on the local backend: the groups in this process, ~20 s less than a Ray launch) and a PPO
     step (under Ray)."""
     from rlinf.models.embodied.openvla.tiny import TINY_UNNORM_KEY, write_tiny_openvla
     from rlinf.runners.embodied.recipe import run_embodied
@@ -126,7 +126,8 @@ def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp
     vla = write_tiny_openvla(tmp_path / "vla", action_dim=2, identity_stats=True)
     for adv in ("grpo", "gae"):
         cfg = toy_config(tmp_path / adv, {"env,rollout": "0", "actor": "0"}, 1, adv=adv, stages=1, chunks=2,
-                         envs=4, group=2 if adv == "grpo" else 1, video=True, max_steps=1, val_check_interval=-1)
+                         envs=4, group=2 if adv == "grpo" else 1, video=True,
+                         backend="local" if adv == "grpo" else "ray", max_steps=1, val_check_interval=-1)
         for split in ("train", "eval"):
             cfg["env"][split]["init_params"] = {"camera_heights": 32, "camera_widths": 32}
             cfg["env"][split]["max_episode_steps"] = 4
@@ -135,8 +136,6 @@ def test_tiny_vla_grpo_and_ppo_steps_on_images_and_instructions(ray_cluster, tmp
                                  "is_lora": True, "lora_rank": 4, "add_value_head": adv == "gae",
                                  "value_type": "chunk_level"}
         cfg["actor"].update(micro_batch_size=4, global_batch_size=8)
-        if adv == "grpo":
-            cfg["cluster"]["backend"] = "local"
         assert run_embodied(cfg, print_fn=lambda *_: None)["steps"] == 1
         step = read_metrics(str(tmp_path / adv / "out" / "t" / "metrics.jsonl"))[-1]
         assert step["actor/grad_norm"] > 0, adv
@@ -228,8 +227,7 @@ def test_state_normalisation_target_kl_and_minibatch_advantages_on_one_actor_pro
 
     from rlinf.runners.embodied.recipe import run_embodied
 
-    cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2)
-    cfg["cluster"]["backend"] = "local"
+    cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "1"}, 2, backend="local")
     cfg["rollout"].update(normalize_states=True, state_norm_clip=5.0)
     # the first minibatch of an update sees the rollout policy itself (KL ~ 0 < 1e-6); after one
     # optimizer step the next minibatch's KL exceeds 1e-6, so every update takes exactly 1 step
