@@ -198,7 +198,7 @@ class Setup:
     def use_path(self, path: str) -> str:
         """Reconnect the weight link on the one-host path (the default here) or the process-group
         path (what a link across hosts takes); returns how the link moves tensors."""
-        from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
+        from rlinf.workers.links import WEIGHT_LINK
 
         if path != self.path:
             TensorLink.connect(WEIGHT_LINK, self.actor, 0, self.rollout, shared_memory=path == "one-host")

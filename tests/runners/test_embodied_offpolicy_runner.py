@@ -81,10 +81,13 @@ def test_sync_sac_collects_then_updates_and_saves_the_buffer(sync_run):
 
 
 def test_a_resume_continues_with_the_saved_buffer(sync_run, tmp_path):
+    """The checkpoint of the Ray run above, resumed on the local backend (a Ray launch costs ~20 s
+    here; what is tested is the buffer and the counters that come back)."""
     from rlinf.runners.embodied_offpolicy.recipe import run_offpolicy
 
     _, folder, _ = sync_run
     cfg = sac_config(tmp_path, uniform_warmup=True)
+    cfg["cluster"]["backend"] = "local"
     cfg["runner"].update(max_steps=3, val_check_interval=-1,
                          resume_dir=str(folder / "out" / "t" / "checkpoints" / "global_step_2"))
     assert run_offpolicy(cfg, print_fn=lambda *_: None)["steps"] == 3

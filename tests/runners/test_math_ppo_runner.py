@@ -1,5 +1,6 @@
 """LLM PPO with a value model through ``run_math``: collocated (critic on the actor's slots) with
-critic warm-up steps, and disaggregated (critic on its own slot) with checkpoint -> resume."""
+critic warm-up steps, under Ray; disaggregated (critic on its own slot) with checkpoint -> resume,
+on the local backend."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from test_generation_worker import tiny_model_with_tokenizer
 from test_math_runner_features import base_config, with_dirs
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-pytestmark = pytest.mark.ray
 
 PPO = {"algorithm": {"adv_type": "gae", "gamma": 1.0, "lam": 0.95, "overlong_buffer_len": 0},
        "critic": {"use_critic_model": True, "lr": 3e-3, "value_clip": None, "warmup_steps": 2}}
 
 
+@pytest.mark.ray
 def test_ppo_collocated_warms_up_the_critic_and_the_value_loss_falls(ray_cluster, tmp_path):
     from rlinf.runners.math.recipe import run_math
 
@@ -44,12 +45,16 @@ def test_ppo_collocated_warms_up_the_critic_and_the_value_loss_falls(ray_cluster
     assert last < 0.5 * first, (first, last)
 
 
-def test_ppo_disaggregated_resume_continues_the_critic(ray_cluster, tmp_path):
+def test_ppo_disaggregated_resume_continues_the_critic(tmp_path):
+    """On the local backend (one process per group here, so the groups run in this process; two
+    Ray launches of four groups cost ~40 s here). The critic as a Ray group of its own processes:
+    the collocated run above."""
     from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     placement = {"actor": 0, "critic": 1, "rollout,reward": 2}
     cfg = base_config(tmp_path, model, placement, 3, runner={"save_interval": 2}, **PPO)
+    cfg["cluster"]["backend"] = "local"
     run_math(with_dirs(cfg, tmp_path / "a"), print_fn=lambda *_: None)
     full = {int(m["step"]): m for m in read_metrics(str(tmp_path / "a" / "t" / "metrics.jsonl"))}
     resumed = with_dirs(cfg, tmp_path / "b")

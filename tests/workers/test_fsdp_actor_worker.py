@@ -14,7 +14,8 @@ from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.objectives.batching import plan_update
 from rlinf.objectives.llm import add_advantages
 from rlinf.scheduler import TensorLink, Worker, WorkerGroup, plan_placement
-from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
+from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
+from rlinf.workers.links import WEIGHT_LINK
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray

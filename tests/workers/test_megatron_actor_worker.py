@@ -19,7 +19,7 @@ from rlinf.objectives.batching import plan_update
 from rlinf.objectives.llm import add_advantages
 from rlinf.scheduler import TensorLink, WorkerGroup, plan_placement
 from rlinf.utils.typed_config import parse_section
-from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
+from rlinf.workers.links import WEIGHT_LINK
 
 pytest.importorskip("megatron.core")
 import megatron_cpu_shim

@@ -14,8 +14,8 @@ from rlinf.config.actor import ActorConfig, OptimConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.objectives.web import steps_to_batch
 from rlinf.scheduler import TensorLink, WorkerGroup, plan_placement
-from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
 from rlinf.workers.actor.web_actor import WebActorWorker
+from rlinf.workers.links import WEIGHT_LINK
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from test_fsdp_actor_worker import WeightReceiver, tiny_model

@@ -37,9 +37,10 @@ from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.schedule import Schedule, ScheduledRunner
 from rlinf.scheduler import Cluster, Mode, PipeLink, PlacementPlan, SchedulerError, TensorLink, WorkerGroup
 from rlinf.utils.metric_logger import MetricLogger
-from rlinf.workers.actor.embodied_actor import POLICY_LINK, EmbodiedActorWorker
+from rlinf.workers.actor.embodied_actor import EmbodiedActorWorker
 from rlinf.workers.env.env_worker import EnvWorker
 from rlinf.workers.env.messages import ENV_POLICY_PIPE, EpisodeStats
+from rlinf.workers.links import POLICY_LINK
 from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker
 
 #: running state statistics (``rollout.normalize_states``) beside a saved policy / checkpoint

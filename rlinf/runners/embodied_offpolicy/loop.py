@@ -39,9 +39,10 @@ from rlinf.runners.schedule import Schedule, ScheduledRunner
 from rlinf.scheduler import Channel, Cluster, PipeLink, PlacementPlan, SchedulerError, TensorLink, WorkerGroup
 from rlinf.scheduler.group_call import wait_first
 from rlinf.utils.metric_logger import MetricLogger
-from rlinf.workers.actor.offpolicy_actor import POLICY_LINK, OffPolicyActorWorker
+from rlinf.workers.actor.offpolicy_actor import OffPolicyActorWorker
 from rlinf.workers.env.env_worker import EnvWorker
 from rlinf.workers.env.messages import ENV_POLICY_PIPE, EpisodeStats
+from rlinf.workers.links import POLICY_LINK
 from rlinf.workers.rollout.offpolicy_rollout import OffPolicyRolloutWorker
 
 

@@ -8,10 +8,11 @@ from rlinf.config.math import MathConfig
 from rlinf.engines.training.megatron.runtime import megatron_import_error
 from rlinf.scheduler import Cluster, Mode, PlacementPlan, TensorLink, WorkerGroup
 from rlinf.utils.typed_config import ConfigError
-from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK, FSDPActorWorker
+from rlinf.workers.actor.fsdp_actor import FSDPActorWorker
 from rlinf.workers.actor.megatron_actor import MegatronActorWorker
 from rlinf.workers.critic.fsdp_critic import FSDPCriticWorker
 from rlinf.workers.inference.reference_worker import ReferenceWorker
+from rlinf.workers.links import WEIGHT_LINK
 from rlinf.workers.reward.math_reward_worker import MathRewardWorker
 from rlinf.workers.rollout.generation_worker import GenerationWorker
 

@@ -129,9 +129,9 @@ def total_update_steps(cfg, actor_ranks: int) -> int:
 
 
 def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
-    from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
     from rlinf.workers.actor.web_actor import WebActorWorker
     from rlinf.workers.env.web_env_worker import SERVICE_PURPOSE, WebEnvWorker
+    from rlinf.workers.links import WEIGHT_LINK
     from rlinf.workers.rollout.generation_worker import GenerationWorker
 
     e = cfg.env_config

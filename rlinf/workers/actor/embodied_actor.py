@@ -43,10 +43,8 @@ from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.objectives.embodied import embodied_ppo_loss
 from rlinf.scheduler import Worker
+from rlinf.workers.links import POLICY_LINK
 from rlinf.workers.memory_hints import embodied_train_step
-
-#: The tensor link the actor's rank 0 sends policy weights on.
-POLICY_LINK = "actor_to_rollout_policy"
 
 
 def _is_critic(name: str) -> bool:

@@ -16,10 +16,8 @@ from rlinf.objectives.llm import make_loss_fn
 from rlinf.scheduler import Worker
 from rlinf.workers.actor.flops import flops_metrics
 from rlinf.workers.engine_state import load_engine, save_engine
+from rlinf.workers.links import WEIGHT_LINK
 from rlinf.workers.memory_hints import forward_step, train_step
-
-#: The tensor link name the actor's rank 0 sends weights on (rollout ranks receive on it).
-WEIGHT_LINK = "actor_to_rollout"
 
 
 class FSDPActorWorker(Worker):

@@ -36,14 +36,7 @@ import torch
 from rlinf.data.replay_buffer import ReplayBuffer, sample_mixed, transition_spec
 from rlinf.objectives.sac import BufferSettings, SACLearner, SACSettings
 from rlinf.scheduler import Worker
-
-#: The tensor link the actor sends the policy's weights on (the same name as the PPO actor's).
-POLICY_LINK = "actor_to_rollout_policy"
-
-
-def weights_key(rollout_rank: int) -> str:
-    """The channel key on which rollout rank ``rollout_rank`` finds pushed weights (async mode)."""
-    return f"weights/{rollout_rank}"
+from rlinf.workers.links import POLICY_LINK, weights_key
 
 
 class OffPolicyActorWorker(Worker):

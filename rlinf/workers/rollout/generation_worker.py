@@ -21,7 +21,7 @@ from rlinf.data.tokenizer import load_tokenizer
 from rlinf.engines.rollout.factory import make_rollout_engine
 from rlinf.engines.rollout.stops import cut_at_stop
 from rlinf.scheduler import Channel, Worker
-from rlinf.workers.actor.fsdp_actor import WEIGHT_LINK
+from rlinf.workers.links import WEIGHT_LINK
 from rlinf.workers.memory_hints import generate_step
 
 

@@ -27,8 +27,8 @@ import torch
 from rlinf.config.actor import ActorModelConfig
 from rlinf.data.replay_buffer import TRANSITION_FIELDS, NStepAccumulator
 from rlinf.models.embodied.base import ObsSpec
-from rlinf.workers.actor.offpolicy_actor import weights_key
 from rlinf.workers.env.messages import ObsMessage, action_key, obs_key
+from rlinf.workers.links import weights_key
 from rlinf.workers.rollout.policy_worker import PolicyRolloutWorker, policy_inputs
 
 

