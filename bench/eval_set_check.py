@@ -15,6 +15,7 @@ random numbers, so training is the single file's (set A reads exactly as in the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -25,6 +26,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import single_file_sac as sf
+
+#: the single file's own evaluation (main() swaps ``sf.evaluate`` for one that plays both sets)
+EVALUATE = sf.evaluate
 
 
 def our_eval_ids(seed: int = 1000, ranks: int = 2, per_rank: int = 16) -> list[int]:
@@ -39,28 +43,33 @@ def our_eval_ids(seed: int = 1000, ranks: int = 2, per_rank: int = 16) -> list[i
                            for r in range(ranks)]).tolist()
 
 
-def success_on(actor, envs: sf.Envs, ids: list[int]) -> float:
-    """``success_once`` of deterministic episodes from the given ManiSkill seeds."""
-    wins, n = [], len(envs.envs)
-    for start in range(0, len(ids), n):
-        obs = torch.cat([e.reset(seed=int(ids[start + i]))[0].float() for i, e in enumerate(envs.envs)])
-        envs.t = 0
-        once, done = torch.zeros(n, dtype=torch.bool), False
-        while not done:
-            with torch.no_grad():
-                act, _ = actor(obs, deterministic=True)
-            obs, _, succ, done = envs.step(act)
-            once |= succ
-        wins += once.tolist()
-    return float(np.mean(wins))
+class _FromIds:
+    """``sf.Envs`` whose ``reset(k)`` starts environment ``i`` from ManiSkill seed ``ids[k + i]``,
+    so the single file's own ``evaluate`` plays a given list of initial states."""
+
+    def __init__(self, envs: sf.Envs, ids: list[int]):
+        self.inner, self.ids, self.envs = envs, ids, envs.envs
+
+    def reset(self, k: int) -> torch.Tensor:
+        self.inner.t = 0
+        return torch.cat([e.reset(seed=int(self.ids[k + i]))[0].float() for i, e in enumerate(self.envs)])
+
+    def step(self, actions: torch.Tensor):
+        return self.inner.step(actions)
+
+
+def success_on(actor, envs: sf.Envs, args: sf.Args, ids: list[int]) -> float:
+    """``success_once`` of deterministic episodes from the given ManiSkill seeds (the single
+    file's ``evaluate``, its resets mapped onto ``ids``)."""
+    return EVALUATE(actor, _FromIds(envs, ids), dataclasses.replace(args, eval_seed=0, eval_episodes=len(ids)))
 
 
 def main(argv=None) -> None:
-    ids_b, own = our_eval_ids(), sf.evaluate
+    ids_b = our_eval_ids()
 
     def both(actor, envs, args):
-        a = own(actor, envs, args)
-        print(json.dumps({"set_A": a, "set_B": success_on(actor, envs, ids_b), "t": time.strftime("%H:%M:%S")}),
+        a = EVALUATE(actor, envs, args)
+        print(json.dumps({"set_A": a, "set_B": success_on(actor, envs, args, ids_b), "t": time.strftime("%H:%M:%S")}),
               flush=True)
         return a
 
