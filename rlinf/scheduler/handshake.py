@@ -1,7 +1,9 @@
 """Mutual challenge-response over a fresh stream socket: both ends prove they hold the run's secret.
 
-Used by pipes (:mod:`rlinf.scheduler.pipe`) before a single pickle byte is read. The listener
-speaks first; neither side sends or accepts anything else until both proofs have checked::
+Used by pipes (:mod:`rlinf.scheduler.pipe`) and by the channel fast path's Unix socket
+(:mod:`rlinf.scheduler.channel.fast_path`, whose server speaks it on an event loop:
+:func:`prove_as_listener_async`) before a single pickle byte is read. The listener speaks first;
+neither side sends or accepts anything else until both proofs have checked::
 
     listener -> connector   MAGIC, nonce_l                      (18 + 32 bytes)
     connector -> listener   nonce_c, HMAC(key, "connector", nonce_l, nonce_c)    (32 + 32)
@@ -36,6 +38,7 @@ Example (the two ends of a socket pair, one thread each):
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import secrets
 import socket
@@ -60,10 +63,57 @@ def prove_as_listener(sock: socket.socket, secret: RunSecret, timeout: float) ->
     nonce_l = secrets.token_bytes(NONCE_BYTES)
     _send(sock, MAGIC + nonce_l, deadline)
     reply = _recv_exactly(sock, NONCE_BYTES + MAC_BYTES, deadline)
+    _send(sock, _listener_proof(secret, nonce_l, reply), deadline)
+
+
+async def prove_as_listener_async(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                  secret: RunSecret, timeout: float) -> None:
+    """:func:`prove_as_listener` for a connection served by an asyncio stream server (same bytes,
+    same checks, at most ``timeout`` seconds in all); the caller closes the connection on an
+    :class:`AuthError`.
+
+    Example:
+        >>> async def demo():
+        ...     key = RunSecret.new()
+        ...     async def serve(reader, writer):
+        ...         await prove_as_listener_async(reader, writer, key, 5.0)
+        ...         writer.write(b"ok")
+        ...         await writer.drain()
+        ...     server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        ...     sock = socket.create_connection(server.sockets[0].getsockname())
+        ...     loop = asyncio.get_running_loop()
+        ...     await loop.run_in_executor(None, prove_as_connector, sock, key, 5.0)
+        ...     got = await loop.run_in_executor(None, sock.recv, 2)
+        ...     sock.close()
+        ...     server.close()
+        ...     return got
+        >>> asyncio.run(demo())
+        b'ok'
+    """
+
+    async def exchange() -> None:
+        nonce_l = secrets.token_bytes(NONCE_BYTES)
+        writer.write(MAGIC + nonce_l)
+        await writer.drain()
+        try:
+            reply = await reader.readexactly(NONCE_BYTES + MAC_BYTES)
+        except asyncio.IncompleteReadError:
+            raise AuthError("the peer closed the connection during the handshake") from None
+        writer.write(_listener_proof(secret, nonce_l, reply))
+        await writer.drain()
+
+    try:
+        await asyncio.wait_for(exchange(), timeout)
+    except TimeoutError:
+        raise AuthError("the handshake did not complete in time") from None
+
+
+def _listener_proof(secret: RunSecret, nonce_l: bytes, reply: bytes) -> bytes:
+    """Check the connector's ``nonce_c + proof``; the listener's own proof to send back."""
     nonce_c, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
     if not hmac.compare_digest(proof, secret.mac(b"connector", nonce_l, nonce_c)):
         raise AuthError("the connecting peer did not prove it holds the run's secret")
-    _send(sock, secret.mac(b"listener", nonce_c, nonce_l), deadline)
+    return secret.mac(b"listener", nonce_c, nonce_l)
 
 
 def prove_as_connector(sock: socket.socket, secret: RunSecret, timeout: float) -> None:

@@ -96,6 +96,7 @@ def test_mixed_socket_and_rpc_items_from_several_producers_exactly_once_in_order
     assert stats["socket_put"] == stats["total_put"] - large  # only the large ones used Ray RPC
     assert 0 < stats["socket_got"] < stats["total_got"]  # consumer 0 used the socket, 1 did not
     assert stats["blocked_puts"] == 0 and stats["waiting_gets"] == 0
+    assert channel.refused() == 0  # the run's processes all proved the channel's key
 
 
 def test_threads_sharing_a_handle_get_each_item_once(ray_cluster):

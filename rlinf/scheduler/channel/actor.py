@@ -7,6 +7,7 @@ from typing import Any
 
 from rlinf.scheduler.channel.fast_path import FastPathServer
 from rlinf.scheduler.channel.keyed_queue import KeyedQueues, QueueTimeout
+from rlinf.scheduler.secret import RunSecret
 
 #: Returned instead of raising when a server-side wait slice ends (or is withdrawn) without a result.
 SLICE_EXPIRED = "__rlinf_slice_expired__"
@@ -16,22 +17,29 @@ class ChannelActor:
     """Async actor: every call is a coroutine on one event loop, so queue state needs no locks.
 
     The same-node socket server (:class:`FastPathServer`) runs on that loop too, started by the
-    first :meth:`fast_address` call.
+    first :meth:`fast_address` call; its clients prove ``secret`` (the channel's key, given by its
+    creator through Ray's task arguments) before their first request.
     """
 
-    def __init__(self, name: str, default_maxsize: int):
+    def __init__(self, name: str, default_maxsize: int, secret: RunSecret):
         self.name = name
         self.default_maxsize = default_maxsize
         self.queues = KeyedQueues(default_maxsize)
-        self.fast_path = FastPathServer(self.queues)
+        self.fast_path = FastPathServer(self.queues, secret)
 
-    async def fast_address(self) -> tuple[str, str] | None:
-        """``(node id, socket address)`` of the same-node fast path (started on first call);
-        None where there is none (not Linux)."""
+    async def fast_address(self) -> tuple[str, str, RunSecret] | None:
+        """``(node id, socket address, key)`` of the same-node fast path (started on first call);
+        None where there is none (not Linux). Asked over Ray only: whoever can call this actor can
+        already put and get through Ray RPC."""
         import ray
 
         address = await self.fast_path.start()
-        return None if address is None else (ray.get_runtime_context().get_node_id(), address)
+        return None if address is None else (ray.get_runtime_context().get_node_id(), address,
+                                              self.fast_path.secret)
+
+    async def refused(self) -> int:
+        """Connections to the fast path closed unread (another user's, a failed or stalled proof)."""
+        return self.fast_path.refused
 
     async def take_stash(self, request_id: str) -> list:
         """The pairs a socket get left here because they carry object-store refs (see fast_path)."""

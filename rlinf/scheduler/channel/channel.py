@@ -49,6 +49,7 @@ from rlinf.scheduler.channel.actor import SLICE_EXPIRED, ChannelActor
 from rlinf.scheduler.channel.fast_client import FastPathBroken, GetHooks
 from rlinf.scheduler.channel.keyed_queue import check_batch_request, check_weight
 from rlinf.scheduler.channel.payload import PayloadLostError, from_queue_item, pack, to_queue_item, unpack_many
+from rlinf.scheduler.secret import RunSecret
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class Channel:
                 max_concurrency=10_000,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             )
-            .remote(name, maxsize)
+            .remote(name, maxsize, RunSecret.new())  # the fast path's key (an existing actor keeps its own)
         )
         channel = cls(name, actor)
         _, existing = channel._call(actor.info.remote())
@@ -245,6 +246,11 @@ class Channel:
         """Per key: queued, blocked_puts, waiting_gets, total_put, total_got, and socket_put /
         socket_got: how many of the items went in / came out over the same-node socket."""
         return self._call(self._live().stats.remote())
+
+    def refused(self) -> int:
+        """Connections to the channel's same-node socket closed unread: another user's process, or
+        one that did not prove the channel's key (each also named in a warning line)."""
+        return self._call(self._live().refused.remote())
 
     # ---- async API ------------------------------------------------------------------------
     async def async_put(self, item: Any, key: str = "default", weight: float = 1.0,

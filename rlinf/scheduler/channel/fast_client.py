@@ -2,8 +2,11 @@
 
 Each process finds out once per channel whether it runs on the channel actor's Ray node; if so,
 its synchronous ``put`` / ``get`` / ``get_batch`` / ``qsize`` go over a Unix-domain socket to the
-actor instead of Ray RPC. Connections are pooled: a caller takes an idle one or opens a new one, so
-threads sharing a :class:`~rlinf.scheduler.Channel` each get their own. A caller interrupted while
+actor instead of Ray RPC. Each new connection first proves the channel's key (the pipes' mutual
+challenge-response, :mod:`rlinf.scheduler.handshake`; the actor hands the key out with the
+socket's address, over Ray); one whose proof fails is never used. Connections are pooled: a caller
+takes an idle one or opens a new one, so threads sharing a :class:`~rlinf.scheduler.Channel` each
+get their own. A caller interrupted while
 waiting (``KeyboardInterrupt``, any exception) closes its connection instead of returning it: the
 server then withdraws the request and puts back any reply the caller did not acknowledge; a caller
 interrupted just after its acknowledgement went out gives the items back itself (one Ray call).
@@ -29,8 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlinf.scheduler.channel.actor import SLICE_EXPIRED
+from rlinf.scheduler.channel.fast_path import HANDSHAKE_S
 from rlinf.scheduler.channel.payload import PayloadLostError
+from rlinf.scheduler.handshake import AuthError, prove_as_connector
 from rlinf.scheduler.pipe import Pipe, PipeClosedError, encode
+from rlinf.scheduler.secret import RunSecret
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +126,7 @@ def _resolve(actor, call: Callable) -> FastPathClient | None:
     where = call(actor.fast_address.remote())
     if where is None or where[0] != ray.get_runtime_context().get_node_id():
         return None
-    client = FastPathClient(where[1])
+    client = FastPathClient(where[1], where[2])
     try:
         client._release(client._connect())  # reachable from here (e.g. same network namespace)?
     except FastPathBroken as exc:
@@ -134,15 +140,16 @@ class FastPathClient:
 
     Args:
         address: the server's Unix-domain socket address (from ``ChannelActor.fast_address``).
+        secret: the channel's key, proved on every new connection (from the same call).
 
     Example:
-        >>> client = FastPathClient("\\0rlinf-ch-...")                     # doctest: +SKIP
+        >>> client = FastPathClient("\\0rlinf-ch-...", key)                # doctest: +SKIP
         >>> client.put("obs", to_queue_item(pack(1)), 1.0, None, rid)       # doctest: +SKIP
         True
     """
 
-    def __init__(self, address: str):
-        self.address = address
+    def __init__(self, address: str, secret: RunSecret, handshake_s: float = HANDSHAKE_S):
+        self.address, self.secret, self.handshake_s = address, secret, handshake_s
         self._idle: list[Pipe] = []
         self._lock = threading.Lock()
 
@@ -230,7 +237,8 @@ class FastPathClient:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(self.address)
-        except OSError as exc:
+            prove_as_connector(sock, self.secret, self.handshake_s)
+        except (OSError, AuthError) as exc:
             sock.close()
             raise FastPathBroken(f"cannot connect to the channel actor's socket ({exc})") from None
         return Pipe(sock, "channel fast path", "the channel actor")

@@ -5,8 +5,14 @@ other side, put back, get) is built from several. Clients on the channel actor's
 synchronous ``put`` / ``get`` / ``get_batch`` / ``qsize`` over a Unix-domain socket instead (see
 :mod:`rlinf.scheduler.channel.fast_client`). The server runs as coroutines on the actor's own event
 loop, so it works on the very :class:`KeyedQueues` the Ray methods use, with no locks. Its address
-is in the Linux abstract namespace (``"\\0rlinf-ch-<uuid>"``: no file to clean up); only processes
-of the actor's own user may connect (checked with ``SO_PEERCRED``).
+is in the Linux abstract namespace (``"\\0rlinf-ch-<uuid>"``: no file to clean up), which has no
+file mode: any process in the node's network namespace can connect. So a connection is served only
+once its peer is a process of the actor's own user (``SO_PEERCRED``) *and* has proved the channel's
+key with the pipes' mutual HMAC challenge-response (:mod:`rlinf.scheduler.handshake`), before a
+single byte from it is unpickled. The key is the channel actor's (``ChannelActor.fast_address``
+hands it out with the address, over Ray). A connection that fails either check, or stays silent
+for ``handshake_s``, is closed unread, counted (:attr:`FastPathServer.refused`, the channel's
+``stats()``) and named in a warning line (its pid and uid).
 
 Frames are :mod:`rlinf.scheduler.pipe`'s (length-prefixed pickle protocol 5), each ``(request id,
 message)``; one request at a time per connection::
@@ -47,12 +53,16 @@ import uuid
 from typing import Any
 
 from rlinf.scheduler.channel.keyed_queue import KeyedQueues, QueueTimeout
+from rlinf.scheduler.handshake import AuthError, prove_as_listener_async
 from rlinf.scheduler.pipe import _HEADER, _LENGTH, encode
+from rlinf.scheduler.secret import RunSecret
 
 logger = logging.getLogger(__name__)
 
 _PEER_CREDENTIALS = struct.Struct("3i")  # pid, uid, gid (SO_PEERCRED)
 _CONNECTION_GONE = (asyncio.IncompleteReadError, ConnectionError, EOFError)
+#: seconds a connecting peer gets to complete the handshake (as a pipe's)
+HANDSHAKE_S = 10.0
 
 
 async def read_message(reader: asyncio.StreamReader) -> Any:
@@ -73,15 +83,22 @@ class FastPathServer:
 
     Args:
         queues: the channel actor's queues; the server must run on the loop that owns them.
+        secret: the key every client proves before its first request (:mod:`rlinf.scheduler.handshake`).
+        handshake_s: seconds a client gets to complete that proof.
 
     Attributes:
         socket_counts: per key, ``{"socket_put": n, "socket_got": n}``: items put over the socket,
             and items handed out in acknowledged socket replies (an item that an interrupted
             caller gave back and that went out again counts twice).
+        refused: connections closed unread: another user's, or a failed or stalled handshake.
     """
 
-    def __init__(self, queues: KeyedQueues):
+    def __init__(self, queues: KeyedQueues, secret: RunSecret, handshake_s: float = HANDSHAKE_S):
+        if not isinstance(secret, RunSecret):
+            raise TypeError(f"the fast path needs the channel's RunSecret, got {type(secret).__name__}")
         self.queues = queues
+        self.secret, self.handshake_s = secret, handshake_s
+        self.refused = 0
         self.socket_counts: dict[str, dict[str, int]] = {}
         self._stashes: dict[str, tuple[str, list]] = {}
         self._listening: asyncio.Future | None = None
@@ -91,7 +108,7 @@ class FastPathServer:
 
         Example:
             >>> async def demo():
-            ...     server = FastPathServer(KeyedQueues())
+            ...     server = FastPathServer(KeyedQueues(), RunSecret.new())
             ...     first, again = await server.start(), await server.start()
             ...     server.close()
             ...     return first == again and first.startswith("\\0rlinf-ch-")
@@ -125,8 +142,23 @@ class FastPathServer:
         return dict(self.socket_counts.get(key, {"socket_put": 0, "socket_got": 0}))
 
     # ---- one connection -------------------------------------------------------------------
+    async def _admitted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """True once the peer is this user's and proved the key; else it is refused (counted and
+        named in a warning) and the caller closes the connection unread."""
+        pid, uid = _peer_credentials(writer)
+        try:
+            if uid != os.getuid():
+                raise AuthError(f"uid {uid} is not this user's ({os.getuid()})")
+            await prove_as_listener_async(reader, writer, self.secret, self.handshake_s)
+            return True
+        except (AuthError, *_CONNECTION_GONE) as exc:
+            self.refused += 1
+            print(f"warning: channel fast path: refused a connection from pid {pid} (uid {uid}): "
+                  f"{exc or type(exc).__name__}", file=sys.stderr, flush=True)
+            return False
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not _same_user(writer):
+        if not await self._admitted(reader, writer):
             writer.close()
             return
         stashed_here: list[str] = []
@@ -245,11 +277,12 @@ async def _write(writer: asyncio.StreamWriter, parts: list) -> None:
         pass
 
 
-def _same_user(writer: asyncio.StreamWriter) -> bool:
-    """Only processes of this user may use the socket (abstract addresses have no file mode)."""
+def _peer_credentials(writer: asyncio.StreamWriter) -> tuple[int | None, int | None]:
+    """``(pid, uid)`` of the connected process (``SO_PEERCRED``); ``(None, None)`` if unknown."""
     sock = writer.get_extra_info("socket")
     try:
         credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER_CREDENTIALS.size)
-    except OSError:
-        return False
-    return _PEER_CREDENTIALS.unpack(credentials)[1] == os.getuid()
+    except (OSError, AttributeError):
+        return None, None
+    pid, uid, _ = _PEER_CREDENTIALS.unpack(credentials)
+    return pid, uid

@@ -12,7 +12,8 @@ would ship the whole storage); a tensor that appears twice in one item travels o
 
 Who may hand bytes to :func:`unpack_many`: items reach it through Ray (whose connections are
 Ray's to authenticate) or through the channel's same-node Unix socket, whose server and client
-accept only peers of this user (``SO_PEERCRED``, :mod:`.fast_path`); nothing here reads a socket.
+accept only peers of this user (``SO_PEERCRED``) that prove the channel's key (an HMAC
+challenge-response, :mod:`.fast_path`); nothing here reads a socket.
 
 Measured choice (bench/bench_channel.py): for 64 MiB and more the object store beat a fresh POSIX
 shared-memory segment per item (which pays page faults on every write) by 2.7-6x.

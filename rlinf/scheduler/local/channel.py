@@ -140,6 +140,9 @@ class LocalChannel(Channel):
     def qsize(self, key: str = "default") -> int:
         return _run(self._state().queues.qsize, key).result()
 
+    def refused(self) -> int:
+        return 0  # queues in this process: nothing listens
+
     def stats(self) -> dict:
         rows = _run(self._state().queues.stats).result()
         return {key: {**row, "socket_put": 0, "socket_got": 0} for key, row in rows.items()}
