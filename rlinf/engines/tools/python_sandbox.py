@@ -5,14 +5,16 @@ directory ``rlinf-py-*`` and runs :mod:`~.python_sandbox_boot` in a new process 
 three isolation modes (YAML ``tools.python.isolation``; ``docs/tools_sandbox.md`` says what each
 protects against):
 
-- ``bwrap``: bubblewrap with ``--ro-bind / /``, ``--unshare-all`` (user, net, pid, ipc, uts,
+- ``bwrap``: bubblewrap with an allow-list of read-only mounts on an empty root
+  (:mod:`~.python_sandbox_mounts`: the system's ``/usr`` and ``/lib*``, the interpreter's
+  installation, a virtualenv's site-packages; no home folder, ``/etc`` beyond the loader's
+  cache, ``/tmp``, ``/run`` or project checkout), ``--unshare-all`` (user, net, pid, ipc, uts,
   cgroup), ``--die-with-parent``, ``--new-session``, ``--cap-drop ALL``, a fresh ``/dev`` and
-  ``/proc``, empty read-only tmpfs over ``hide_paths`` (``/tmp``, ``/var/tmp``, ``/run``: host
-  sockets live there, and a read-only bind does not stop ``connect()`` to a Unix socket) and
-  size-capped tmpfs for the working directory and ``/dev/shm``.
+  ``/proc``, and size-capped tmpfs for the working directory and ``/dev/shm``.
 - ``unshare``: util-linux ``unshare`` (user, net, pid, mount, ipc, uts namespaces); the
-  bootstrap then builds the same file system itself (read-only tree, hidden paths, tmpfs working
-  directory, minimal ``/dev``) and drops every capability before the cell runs.
+  bootstrap then builds the same file system itself (a tmpfs root with the same mounts, made
+  read-only, ``pivot_root`` into it, the old root detached, a tmpfs working directory, minimal
+  ``/dev``) and drops every capability before the cell runs.
 - ``none``: rlimits only. Not a sandbox: the cell can read and write what rlinf can, and reach
   the network.
 
@@ -58,6 +60,13 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from rlinf.engines.tools.base import Tool, ToolResult, ToolSession, register_tool
+from rlinf.engines.tools.python_sandbox_mounts import (
+    SYSTEM_PATHS,
+    MountPlan,
+    interpreter_layout,
+    mount_plan,
+    project_dirs,
+)
 from rlinf.engines.tools.python_sandbox_proc import PidsCgroup, RunOutcome, run_capped
 from rlinf.utils.typed_config import ConfigError, check
 
@@ -84,8 +93,9 @@ class PythonOptions:
     threads, its interpreter included (0 = no limit); ``python`` empty = rlinf's own interpreter;
     ``isolated_interpreter`` runs it with ``-I`` (no PYTHON* variables, no user site; the
     interpreter's site-packages stay importable); ``private_dir_mb`` caps the tmpfs of the working
-    directory and ``/dev/shm`` (bwrap / unshare); ``hide_paths`` are covered by an empty
-    read-only tmpfs (bwrap / unshare)."""
+    directory and ``/dev/shm`` (bwrap / unshare); ``hide_paths``: an extra deny-list on top of
+    the allow-list (:mod:`~.python_sandbox_mounts`), covered by an empty read-only tmpfs where
+    they lie inside an allowed folder (bwrap / unshare)."""
 
     timeout_s: float = 10.0
     cpu_time_s: float | None = None
@@ -98,7 +108,7 @@ class PythonOptions:
     python: str = ""
     keep_state: bool = False
     isolated_interpreter: bool = True
-    hide_paths: tuple[str, ...] = ("/tmp", "/var/tmp", "/run")
+    hide_paths: tuple[str, ...] = ()
 
     def validate(self, path: str) -> None:
         check(self.timeout_s > 0, f"{path}.timeout_s", f"must be > 0 seconds, got {self.timeout_s}")
@@ -143,6 +153,8 @@ class PythonTool(Tool):
         self._lock = threading.Lock()  # guards _running
         self._resolve_lock = threading.Lock()
         self._resolved: tuple[str, str | None, str] | None = None  # mode, limiter, bwrap size flag
+        self._plan: MountPlan | None = None
+        self._plan_lock = threading.Lock()
         self._running: set[subprocess.Popen] = set()
 
     # ------------------------------------------------------------------ configuration
@@ -152,28 +164,44 @@ class PythonTool(Tool):
         """The interpreter the cells run with."""
         return self.options.python or sys.executable
 
-    def _hidden(self) -> list[str]:
-        """``hide_paths`` that exist here, resolved, without duplicates."""
-        out = []
-        for p in self.options.hide_paths:
-            real = os.path.realpath(p)
-            if os.path.isdir(real) and real not in out:
-                out.append(real)
-        return out
-
     def check(self, path: str = "tools.python") -> None:
         """Validate the options, find the interpreter and pick the isolation mode (probe calls);
         every problem is one :class:`ConfigError` line naming its key."""
         self.options.validate(path)
-        found = shutil.which(self.python)
-        if found is None:
+        if shutil.which(self.python) is None:
             raise ConfigError(f"{path}.python", f"{self.python!r} is not an executable interpreter")
-        for needed in (os.path.realpath(found), _BOOT):
-            for hidden in self._hidden():
-                if self.options.isolation != "none" and needed.startswith(hidden + os.sep):
-                    raise ConfigError(f"{path}.hide_paths", f"{hidden} holds {needed}, which the sandbox needs; "
-                                      "remove it from tools.python.hide_paths")
+        if self.options.isolation != "none":
+            self._mounts(path)
         self._resolve(path)
+
+    def _mounts(self, path: str = "tools.python") -> MountPlan:
+        """The sandbox's mount plan (once per tool): the allow-list for this interpreter, the
+        project's folders and ``hide_paths`` on top; a hidden path the interpreter needs is refused."""
+        with self._plan_lock:
+            if self._plan is not None:
+                return self._plan
+            python = shutil.which(self.python)
+            if python is None:
+                raise ConfigError(f"{path}.python", f"{self.python!r} is not an executable interpreter")
+            try:
+                layout = interpreter_layout(os.path.abspath(python), self._env("/"))
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                raise ConfigError(f"{path}.python", f"{python}: {exc}") from None
+            allowed = [*SYSTEM_PATHS, *layout.allowed()]
+            if "/" in {os.path.realpath(p) for p in allowed}:
+                raise ConfigError(f"{path}.python", f"{python}: its installation is the whole file system (prefix /), "
+                                  "which an allow-list cannot narrow; use a virtualenv or another interpreter")
+            needed = [os.path.realpath(python), os.path.realpath(layout.stdlib)]
+            user = [os.path.realpath(p) for p in self.options.hide_paths]
+            for hidden in user:
+                plan = mount_plan(allowed, [hidden])
+                for need in needed:
+                    if _inside(need, hidden) and plan.hides(need):
+                        raise ConfigError(f"{path}.hide_paths", f"{hidden} holds {need}, which the sandbox needs; "
+                                          "remove it from tools.python.hide_paths")
+            own = [d for d in project_dirs() if not any(mount_plan(allowed, [d]).hides(n) for n in needed)]
+            self._plan = mount_plan(allowed, [*user, *own])
+            return self._plan
 
     def _resolve(self, path: str = "tools.python") -> tuple[str, str | None, str]:
         with self._resolve_lock:
@@ -205,7 +233,7 @@ class PythonTool(Tool):
     def _probe(self, mode: str, size_flag: str) -> tuple[str | None, bool]:
         """(None or the problem in one line, whether the sandbox has its own user namespace);
         once per process for a given interpreter, mode and set of hidden paths."""
-        key = (mode, self.python, self.options.isolated_interpreter, tuple(self._hidden()))
+        key = (mode, self.python, self.options.isolated_interpreter, self._mounts().ops)
         with _PROBED_LOCK:
             if key not in _PROBED:
                 _PROBED[key] = self._probe_once(mode, size_flag)
@@ -257,14 +285,18 @@ class PythonTool(Tool):
     def _job(self, code: str, replay: list[str], mode: str, limiter: str | None, work: str) -> dict:
         o = self.options
         processes = o.max_processes + _OVERHEAD[(limiter, mode)] if limiter == "rlimit" else 0
-        return {"code": code, "replay": replay, "mode": mode, "work": work, "hide": self._hidden(),
+        return {"code": code, "replay": replay, "mode": mode, "work": work,
+                "root": os.path.join(os.path.dirname(work), "root"),
+                "mounts": list(self._mounts().ops) if mode != "none" else [],
                 "dir_bytes": o.private_dir_mb << 20, "ro_method": _RO_METHOD,
                 "limits": {"memory_bytes": o.memory_mb << 20, "cpu_s": o.cpu_seconds,
                            "file_bytes": o.max_file_mb << 20, "processes": processes}}
 
     def _argv(self, mode: str, size_flag: str, job_path: str, work: str) -> list[str]:
-        inner = [shutil.which(self.python) or self.python, *(["-I"] if self.options.isolated_interpreter else []),
-                 _BOOT, job_path]
+        # under bwrap the boot file is mounted next to the job: its own folder (rlinf's) stays hidden
+        boot = os.path.join(os.path.dirname(work), os.path.basename(_BOOT)) if mode == "bwrap" else _BOOT
+        inner = [os.path.abspath(shutil.which(self.python) or self.python),
+                 *(["-I"] if self.options.isolated_interpreter else []), boot, job_path]
         if mode == "none":
             return inner
         if mode == "unshare":
@@ -273,20 +305,30 @@ class PythonTool(Tool):
 
         def tmpfs(dest: str, size: int) -> list[str]:
             return [size_flag, str(size), "--tmpfs", dest] if size_flag else ["--tmpfs", dest]
-        args = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        hidden = self._hidden()
-        for p in hidden:
-            args += tmpfs(p, 1 << 20)
+        args = [shutil.which("bwrap") or "bwrap"]
+        hidden = []
+        for op in self._mounts().ops:
+            if op[0] == "bind":
+                args += ["--ro-bind", op[1], op[2]]
+            elif op[0] == "symlink":
+                args += ["--symlink", op[1], op[2]]
+            else:
+                args += tmpfs(op[1], 1 << 20)
+                hidden.append(op[1])
         size = self.options.private_dir_mb << 20
-        args += ["--ro-bind", job_path, job_path, *tmpfs(work, size), *tmpfs("/dev/shm", size)]
-        for p in hidden:
+        args += ["--dev", "/dev", "--proc", "/proc", "--ro-bind", job_path, job_path, "--ro-bind", _BOOT, boot,
+                 *tmpfs(work, size), *tmpfs("/dev/shm", size)]
+        for p in [*hidden, "/"]:
             args += ["--remount-ro", p]
         return [*args, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                 "--chdir", work, "--", *inner]
 
     def _env(self, work: str) -> dict[str, str]:
-        """A small environment: no secret of the trainer's reaches the cell; one thread per library."""
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": work, "TMPDIR": work,
+        """Built from nothing (no variable of the trainer's reaches the cell): the interpreter's
+        folder and the system's on PATH, HOME and TMPDIR the working directory, UTF-8, one thread
+        per numeric library."""
+        folder = os.path.dirname(os.path.abspath(shutil.which(self.python) or self.python))
+        env = {"PATH": f"{folder}:/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work,
                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONIOENCODING": "utf-8", "MPLBACKEND": "Agg",
                "MPLCONFIGDIR": work}
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
@@ -307,6 +349,8 @@ class PythonTool(Tool):
                 self._running.add(proc)
         try:
             os.mkdir(work)
+            if mode == "unshare":
+                os.mkdir(os.path.join(base, "root"))  # the mount point of the sandbox's new root
             job_path = os.path.join(base, "job")
             with open(job_path, "wb") as f:
                 marshal.dump(self._job(code, replay, mode, limiter, work), f, 2)  # version 2: any Python 3
@@ -358,6 +402,11 @@ class PythonTool(Tool):
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def _inside(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies beneath it."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _kernel() -> tuple[int, int]:

@@ -5,12 +5,16 @@
 in this order:
 
 1. ``unshare`` mode only (it runs as root of a fresh user + mount + PID namespace, made by
-   util-linux ``unshare``): cover the ``hide`` directories with empty tmpfs, make every mount
-   read-only in one recursive ``mount_setattr`` (one remount per mount on kernels before 5.12),
-   mount a size-capped tmpfs on the working directory, build a minimal ``/dev`` (null, zero,
-   full, random, urandom, tty and a size-capped ``shm``, bind-mounted as bubblewrap does, so no
-   disk or GPU node is reachable), then drop every capability (bounding set included) and set
-   ``no_new_privs``: the cell cannot undo any of it. Under ``bwrap`` bubblewrap has done all this.
+   util-linux ``unshare``): mount a tmpfs as the new root (at the job's ``root`` folder), apply
+   the job's ``mounts`` in order (the allow-list of :mod:`rlinf.engines.tools.python_sandbox_mounts`:
+   recursive binds, symlinks, empty tmpfs over hidden paths), bind ``/proc``, make every mount
+   there read-only in one recursive ``mount_setattr`` (one remount per mount on kernels before
+   5.12), mount a size-capped tmpfs on the working directory, build a minimal ``/dev`` (null,
+   zero, full, random, urandom, tty and a size-capped ``shm``, bind-mounted as bubblewrap does,
+   so no disk or GPU node is reachable), ``pivot_root`` into the new root and detach the old one
+   (nothing else of the host stays in the namespace), then drop every capability (bounding set
+   included) and set ``no_new_privs``: the cell cannot undo any of it. Under ``bwrap``
+   bubblewrap has done all this.
 2. As PID 1 of its namespace (``unshare -p -f`` execs us as PID 1) it forks once: PID 1 never
    gets signals it has no handler for (SIGXCPU included), so the cell runs in the child, and
    PID 1 waits and passes the child's end on as an exit code (128 + signal, as bwrap does).
@@ -32,7 +36,11 @@ import resource
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_MOVE = 32, 4096, 8192
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+MNT_DETACH = 2
+# pivot_root has no libc wrapper and no common syscall number
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217,
+              "i686": 217, "i386": 217, "armv7l": 218, "armv8l": 218}
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 _LOCKABLE = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
              "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
@@ -58,8 +66,9 @@ class _Libc:
             return text.encode() if isinstance(text, str) else text
         self.check(self.libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
-    def read_only_tree(self, method):
-        """Every mount read-only: recursive mount_setattr (Linux 5.12+), else one remount each."""
+    def read_only_tree(self, root, method):
+        """Every mount at or below ``root`` read-only: recursive mount_setattr (Linux 5.12+),
+        else one remount each."""
         ctypes = self.ctypes
 
         class MountAttr(ctypes.Structure):
@@ -68,12 +77,14 @@ class _Libc:
         attr = MountAttr(1, 0, 0, 0)  # MOUNT_ATTR_RDONLY
         # mount_setattr is syscall 442 on every architecture; AT_FDCWD, AT_RECURSIVE
         if method != "remount" and \
-                self.libc.syscall(442, -100, b"/", 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+                self.libc.syscall(442, -100, root.encode(), 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
             return
         with open("/proc/self/mountinfo", encoding="utf-8") as f:
             mounts = [line.split() for line in f]
         for fields in mounts:
             target = fields[4].encode().decode("unicode_escape")  # \040 etc.
+            if target != root and not target.startswith(root + "/"):
+                continue
             flags = MS_REMOUNT | MS_BIND | MS_RDONLY
             for opt in fields[5].split(","):
                 flags |= _LOCKABLE.get(opt, 0)
@@ -83,20 +94,29 @@ class _Libc:
                 if exc.errno not in (22, 2):  # EINVAL/ENOENT: shadowed, no longer a mount point
                     raise
 
-    def minimal_dev(self, staging, shm_bytes):
-        """Build a small /dev at ``staging`` and move it onto /dev."""
-        self.mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+    def minimal_dev(self, dev, shm_bytes):
+        """Build a small /dev at ``dev`` from the host's nodes."""
+        self.mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
         for name in ("null", "zero", "full", "random", "urandom", "tty"):
             if os.path.exists("/dev/" + name):
-                open(os.path.join(staging, name), "w").close()
-                self.mount("/dev/" + name, os.path.join(staging, name), None, MS_BIND)
-        os.mkdir(os.path.join(staging, "shm"))
-        self.mount("tmpfs", os.path.join(staging, "shm"), "tmpfs", MS_NOSUID | MS_NODEV,
+                open(os.path.join(dev, name), "w").close()
+                self.mount("/dev/" + name, os.path.join(dev, name), None, MS_BIND)
+        os.mkdir(os.path.join(dev, "shm"))
+        self.mount("tmpfs", os.path.join(dev, "shm"), "tmpfs", MS_NOSUID | MS_NODEV,
                    f"size={shm_bytes},mode=1777")
         for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                              ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-            os.symlink(target, os.path.join(staging, name))
-        self.mount(staging, "/dev", None, MS_MOVE)
+            os.symlink(target, os.path.join(dev, name))
+
+    def enter(self, root):
+        """Make ``root`` the root of this mount namespace and detach the old one."""
+        number = PIVOT_ROOT.get(os.uname().machine)
+        if number is None:
+            raise OSError(38, f"pivot_root: no syscall number known for {os.uname().machine}")
+        os.chdir(root)
+        self.check(self.libc.syscall(number, b".", b"."), "pivot_root")
+        self.check(self.libc.umount2(b".", MNT_DETACH), "detach the old root")
+        os.chdir("/")
 
     def drop_privileges(self):
         """No capability left (bounding set included) and no_new_privs; verified."""
@@ -123,19 +143,34 @@ class _Libc:
 def private_mounts(job):
     """The ``unshare`` mode's file system (see the module docstring, step 1)."""
     libc = _Libc()
-    work = job["work"]
-    for path in job["hide"]:
-        libc.mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-    os.makedirs(work, exist_ok=True)
-    libc.read_only_tree(job["ro_method"])
-    if not os.statvfs("/").f_flag & os.ST_RDONLY:
-        raise OSError(30, "/ is still writable")
-    libc.mount("tmpfs", work, "tmpfs", MS_NOSUID | MS_NODEV, f"size={job['dir_bytes']},mode=700")
-    staging = os.path.join(work, ".dev")
-    os.mkdir(staging)
-    libc.minimal_dev(staging, job["dir_bytes"])
-    os.rmdir(staging)
+    root, work = job["root"], job["work"]
+    libc.mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for op in job["mounts"]:
+        dest = root + op[-1]
+        if op[0] == "hide":
+            libc.mount("tmpfs", dest, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+        elif op[0] == "symlink":
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            os.symlink(op[1], dest)
+        elif os.path.isdir(op[1]):
+            os.makedirs(dest, exist_ok=True)
+            libc.mount(op[1], dest, None, MS_BIND | MS_REC)
+        else:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            open(dest, "a").close()
+            libc.mount(op[1], dest, None, MS_BIND | MS_REC)
+    for name in ("proc", "dev"):
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+    libc.mount("/proc", root + "/proc", None, MS_BIND | MS_REC)
+    os.makedirs(root + work)
+    libc.read_only_tree(root, job["ro_method"])
+    if not os.statvfs(root).f_flag & os.ST_RDONLY:
+        raise OSError(30, "the new root is still writable")
+    libc.mount("tmpfs", root + work, "tmpfs", MS_NOSUID | MS_NODEV, f"size={job['dir_bytes']},mode=700")
+    libc.minimal_dev(root + "/dev", job["dir_bytes"])
+    libc.enter(root)
     libc.drop_privileges()
+    sys.path_importer_cache.clear()  # folders read before the switch are looked at again
 
 
 def set_limits(limits):

@@ -1,4 +1,5 @@
-"""The python tool: escape attempts contained in every isolation mode this machine has, limits,
+"""The python tool: escape attempts contained in every isolation mode this machine has (the
+allow-list: no home folder, /etc/shadow, project sources or data, parent environment), limits,
 output cap, keep_state, options refused with one line, and calls through ToolPool."""
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from rlinf.engines.tools import python_sandbox
 from rlinf.engines.tools.base import ToolSession, make_tool
 from rlinf.engines.tools.pool import ToolPool
 from rlinf.engines.tools.python_sandbox import PythonOptions, PythonTool
+from rlinf.engines.tools.python_sandbox_mounts import mount_plan
 from rlinf.engines.tools.python_sandbox_proc import PidsCgroup
 from rlinf.utils.typed_config import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+STDLIB = os.path.dirname(os.path.realpath(os.__file__))
+BOOT_NAME = os.path.basename(python_sandbox._BOOT)
 SANDBOXES = ["bwrap", "unshare"]
 MODES = [*SANDBOXES, "none"]
 FAST = {"timeout_s": 2, "memory_mb": 256, "max_output_chars": 400}
@@ -56,7 +60,7 @@ def strays() -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if python_sandbox._BOOT in cmd and not os.path.exists(cmd[-1]):
+        if any(os.path.basename(part) == BOOT_NAME for part in cmd) and not os.path.exists(cmd[-1]):
             found.append(proc)
     return found
 
@@ -204,25 +208,139 @@ def test_keep_state_replays_earlier_cells_silently(mode):
 
 
 @pytest.mark.parametrize("mode", SANDBOXES)
-def test_reading_outside_is_allowed_writing_is_not(mode):
+def test_the_interpreters_files_are_readable_nothing_is_writable(mode):
     tool = sandbox(mode)
-    targets = [f"/tmp/rlinf-escape-{uuid.uuid4().hex}", os.path.join(REPO, f"rlinf-escape-{uuid.uuid4().hex}")]
-    code = (f"print(open({__file__!r}).read().splitlines()[0])\n"
+    targets = [f"/tmp/rlinf-escape-{uuid.uuid4().hex}", os.path.join(STDLIB, f"rlinf-escape-{uuid.uuid4().hex}"),
+               f"/rlinf-escape-{uuid.uuid4().hex}", os.path.join(REPO, f"rlinf-escape-{uuid.uuid4().hex}")]
+    code = ("import os, numpy\nprint(open(os.__file__).readline().rstrip())\n"
             f"for path in {targets!r}:\n"
             "    try:\n        open(path, 'w').write('escaped')\n        print('WROTE', path)\n"
             "    except OSError as exc:\n        print('refused', exc.strerror)")
     result = run(tool, code)
     try:
-        assert result.text.splitlines() == [open(__file__).readline().rstrip("\n"),
-                                            "refused Read-only file system", "refused Read-only file system"]
+        lines = result.text.splitlines()
+        assert lines[:4] == [open(os.__file__).readline().rstrip(), *["refused Read-only file system"] * 3]
+        # the checkout is not in the sandbox at all, or only as the folders leading to its venv
+        assert lines[4] in ("refused Read-only file system", "refused No such file or directory"), result.text
     finally:
         for path in targets:
             assert not os.path.exists(path)
 
 
 @pytest.mark.parametrize("mode", SANDBOXES)
+def test_home_shadow_project_and_environment_are_out_of_reach(mode, monkeypatch):
+    """The allow-list: a file planted in the home folder, /etc/shadow, the project's sources and a
+    data file in it, and a variable of the parent's environment are all out of the cell's reach
+    (here the venv lives inside the project); the episode goes on."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("RLINF_TEST_SECRET", f"env-{token}")
+    home_file = os.path.join(os.path.expanduser("~"), f"rlinf-test-secret-{token}")
+    data_file = os.path.join(REPO, f"rlinf-test-data-{token}.txt")
+    targets = [home_file, data_file, "/etc/shadow", os.path.join(REPO, "rlinf", "__init__.py"),
+               os.path.join(REPO, "pyproject.toml")]
+    for path, text in ((home_file, f"home-{token}"), (data_file, f"data-{token}")):
+        with open(path, "w") as f:
+            f.write(text)
+    code = ("import os, glob\n"
+            f"for path in {targets!r}:\n"
+            "    try:\n        print('READ', open(path).read())\n"
+            "    except OSError as exc:\n        print(type(exc).__name__)\n"
+            f"for folder in {[REPO, os.path.dirname(home_file)]!r}:\n"
+            "    try:\n        print(sorted(os.listdir(folder)))\n"
+            "    except OSError as exc:\n        print(type(exc).__name__)\n"
+            "print(os.environ.get('RLINF_TEST_SECRET'))\n"
+            "print([p for p in glob.glob('/proc/*/environ') if 'RLINF_TEST' in open(p, errors='replace').read()])\n"
+            "try:\n    import rlinf\n    print('imported', rlinf.__file__)\nexcept ImportError as exc:\n"
+            "    print(type(exc).__name__)")
+    tool = sandbox(mode)
+    try:
+        assert all(os.path.exists(path) for path in targets)  # readable here, by the test
+        result = run(tool, code)
+    finally:
+        os.unlink(home_file)
+        os.unlink(data_file)
+    assert token not in result.text and "READ" not in result.text, result.text
+    lines = result.text.splitlines()
+    assert lines[:5] == ["FileNotFoundError"] * 5, result.text
+    # what the sandbox shows of the checkout and the home folder: nothing, or the folders leading
+    # to the allowed paths (here .venv in the checkout, .pyenv in /root)
+    shown = {op[-1] for op in tool._mounts().ops}
+    for folder, listing in zip((REPO, os.path.dirname(home_file)), lines[5:7]):
+        leading = sorted({p[len(folder) + 1:].split("/")[0] for p in shown if p.startswith(folder + "/")})
+        assert listing == (str(leading) if leading else "FileNotFoundError"), (folder, listing)
+    assert "rlinf" not in lines[5] and "tests" not in lines[5]
+    assert lines[7:] == ["None", "[]", "ModuleNotFoundError"], result.text
+    assert run(tool, "print('next cell')").text == "next cell\n"
+
+
+@pytest.mark.parametrize("mode", SANDBOXES)
+def test_boot_file_under_tmp_and_old_hide_paths(mode, monkeypatch):
+    """A clone under /tmp: the sandbox's own boot file there works, with the old default
+    hide_paths (/tmp, /var/tmp, /run) as an extra deny-list too."""
+    folder = tempfile.mkdtemp(prefix="rlinf-test-clone-", dir="/tmp")
+    try:
+        boot = shutil.copy(python_sandbox._BOOT, folder)
+        monkeypatch.setattr(python_sandbox, "_BOOT", boot)
+        tool = PythonTool(PythonOptions(isolation=mode, hide_paths=("/tmp", "/var/tmp", "/run"), **FAST))
+        tool.check()
+        result = run(tool, f"import os\nprint(os.path.exists({folder!r}), 6 * 7)")
+    finally:
+        shutil.rmtree(folder)
+    assert (result.status, result.text) == ("ok", "False 42\n")
+
+
+@pytest.mark.parametrize("mode", SANDBOXES)
+def test_project_inside_an_allowed_folder_is_hidden(mode, monkeypatch):
+    """A checkout under an allowed folder (here: pretend it is /usr/share/doc) is covered."""
+    if not os.path.isdir("/usr/share/doc") or not os.listdir("/usr/share/doc"):
+        pytest.skip("no /usr/share/doc here")
+    monkeypatch.setattr(python_sandbox, "project_dirs", lambda: ["/usr/share/doc"])
+    tool = PythonTool(PythonOptions(isolation=mode, **FAST))
+    tool.check()
+    assert tool._mounts().hides("/usr/share/doc") and not tool._mounts().hides("/usr/share")
+    result = run(tool, "import os\nprint(os.listdir('/usr/share/doc'), len(os.listdir('/usr/share')) > 0)")
+    assert result.text == "[] True\n"
+
+
+def test_mount_plan_shows_a_venv_not_the_project_around_it(tmp_path):
+    """The venv's interpreter symlink chain, pyvenv.cfg and site-packages: nothing else of the
+    project; a hidden folder's allowed paths are mounted again on top of it."""
+    base = tmp_path / "base"
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "python3.11").write_text("")
+    (base / "bin" / "python3").symlink_to("python3.11")
+    site = tmp_path / "proj" / ".venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (tmp_path / "proj" / "secret.txt").write_text("x")
+    venv = tmp_path / "proj" / ".venv"
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").symlink_to(base / "bin" / "python3")
+    (venv / "pyvenv.cfg").write_text("home = x")
+    (tmp_path / "link").symlink_to(tmp_path / "proj")
+    plan = mount_plan([str(tmp_path / "link" / ".venv" / "bin" / "python"), str(base), str(venv / "pyvenv.cfg"),
+                       str(site)], hide=[str(tmp_path / "proj"), str(base / "bin"), "/nonexistent"])
+    t = str(tmp_path)
+    assert plan.ops == (  # the hide of proj is dropped: nothing shows proj itself
+        ("bind", f"{t}/base", f"{t}/base"),
+        ("symlink", f"{t}/proj", f"{t}/link"),
+        ("hide", f"{t}/base/bin"),  # a folder before what is inside it; at one depth, by path
+        ("symlink", "python3.11", f"{t}/base/bin/python3"),
+        ("bind", f"{t}/base/bin/python3.11", f"{t}/base/bin/python3.11"),
+        ("bind", f"{t}/proj/.venv/pyvenv.cfg", f"{t}/proj/.venv/pyvenv.cfg"),
+        ("symlink", f"{t}/base/bin/python3", f"{t}/proj/.venv/bin/python"),
+        ("bind", str(site), str(site)),
+    )
+    assert plan.hides(f"{t}/proj/secret.txt") and plan.hides("/etc/shadow") and plan.hides(f"{t}/base/bin/other")
+    assert not plan.hides(str(site / "numpy")) and not plan.hides(f"{t}/base/lib")
+    # a project inside a shown folder is covered, and the venv in it shown again on top
+    around = mount_plan([t, str(site)], hide=[str(tmp_path / "proj")])
+    assert around.ops == (("bind", t, t), ("hide", f"{t}/proj"), ("bind", str(site), str(site)))
+    assert around.hides(f"{t}/proj/secret.txt") and not around.hides(str(site / "numpy"))
+
+
+@pytest.mark.parametrize("mode", SANDBOXES)
 def test_read_only_view_cannot_be_undone(mode):
-    target = os.path.join(REPO, f"rlinf-escape-{uuid.uuid4().hex}")
+    target = os.path.join(STDLIB, f"rlinf-escape-{uuid.uuid4().hex}")
     code = ("import subprocess\n"
             "r = subprocess.run(['mount', '-o', 'remount,rw,bind', '/'], capture_output=True)\n"
             "print('mount refused', r.returncode != 0)\n"
@@ -237,7 +355,7 @@ def test_read_only_view_cannot_be_undone(mode):
 
 @pytest.mark.parametrize("mode", SANDBOXES)
 def test_host_tmp_and_its_sockets_are_hidden(mode):
-    """A read-only bind still lets connect() reach a Unix socket: /tmp and /run are covered."""
+    """Host /tmp is not mounted, so no path-based Unix socket there (or in /run) is reachable."""
     secret = f"/tmp/rlinf-visible-{uuid.uuid4().hex}"
     with open(secret, "w") as f:
         f.write("host file")
@@ -251,8 +369,9 @@ def test_host_tmp_and_its_sockets_are_hidden(mode):
             f"for address in {[secret + '.sock', abstract]!r}:\n"
             "    try:\n        socket.socket(socket.AF_UNIX).connect(address)\n        print('connected')\n"
             "    except OSError as exc:\n        print(type(exc).__name__)")
+    tool = sandbox(mode)
     try:
-        result = run(sandbox(mode), code)
+        result = run(tool, code)
     finally:
         for listener in listeners:
             listener.close()
@@ -260,7 +379,11 @@ def test_host_tmp_and_its_sockets_are_hidden(mode):
         os.unlink(secret + ".sock")
     exists, listing, path_socket, abstract_socket = result.text.splitlines()
     assert (exists, path_socket, abstract_socket) == ("False", "FileNotFoundError", "ConnectionRefusedError")
-    assert listing.startswith("['rlinf-py-") and listing.count(",") == 0  # only this call's own directory
+    # only this call's own directory (and the folders leading to allowed paths, for a venv under /tmp)
+    leading = {op[-1].split("/")[2] for op in tool._mounts().ops if op[-1].startswith("/tmp/")}
+    names = eval(listing)
+    assert [n for n in names if n.startswith("rlinf-py-")] and len(names) == 1 + len(leading - {"rlinf-py-"})
+    assert set(names) - leading == {n for n in names if n.startswith("rlinf-py-")}
 
 
 @pytest.mark.parametrize("mode", SANDBOXES)
@@ -287,7 +410,7 @@ def test_unshare_read_only_fallback_without_mount_setattr(monkeypatch):
     """Kernels before 5.12 have no mount_setattr: one remount per mount gives the same view."""
     tool = sandbox("unshare", max_output_chars=401)
     monkeypatch.setattr(python_sandbox, "_RO_METHOD", "remount")
-    target = os.path.join(REPO, f"rlinf-escape-{uuid.uuid4().hex}")
+    target = os.path.join(STDLIB, f"rlinf-escape-{uuid.uuid4().hex}")
     result = run(tool, f"open({target!r}, 'w')")
     assert result.status == "error" and "Read-only file system" in result.text
     assert not os.path.exists(target)
@@ -371,8 +494,7 @@ def test_auto_refuses_with_one_line_when_no_sandbox_works(monkeypatch, tmp_path)
     ({"hide_paths": ["tmp"]}, "tools.python.hide_paths: 'tmp' must be an absolute path"),
     ({"isolation": "docker"}, "tools.python.isolation: 'docker' is not allowed"),
     ({"python": "/nonexistent/python"}, "tools.python.python: '/nonexistent/python' is not an executable"),
-    ({"hide_paths": [os.path.dirname(os.path.realpath(sys.executable))], "isolation": "bwrap"},
-     "tools.python.hide_paths: "),
+    ({"hide_paths": [STDLIB], "isolation": "bwrap"}, f"tools.python.hide_paths: {STDLIB} holds {STDLIB}, which"),
 ])
 def test_bad_options_are_one_line(raw, key):
     with pytest.raises(ConfigError) as err:
