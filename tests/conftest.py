@@ -36,7 +36,8 @@ def ray_cluster():
         head_node_args={"num_cpus": 2, "num_gpus": 8, "labels": {"rlinf.io/node-rank": "0"}},
     )
     fake.add_node(num_cpus=2, num_gpus=8, labels={"rlinf.io/node-rank": "1"})
-    cluster = Cluster(num_nodes=2, address=fake.address)
+    # attached by address, without Ray's token authentication: allowed for this loopback test cluster
+    cluster = Cluster(num_nodes=2, address=fake.address, allow_unauthenticated=True)
     yield cluster
     ray.shutdown()
     fake.shutdown()

@@ -6,6 +6,12 @@ rank 0 and the others follow in (IP, node id) order.
 
 Accelerators: a node's ``GPU`` resource count. On a cluster without GPUs, accelerators are logical
 slots (``accelerators_per_node``, default 1 per node) and workers use the CPU device.
+
+Authentication: Ray's token authentication (``RAY_AUTH_MODE=token``) is on by default for the
+private local cluster a run starts (the pinned Ray, >= 2.59); Ray never turns it on for a cluster
+attached by address. A run attached without it says so in its one-line :attr:`Cluster.origin`, and
+one that would spread over several nodes that way is refused unless
+``cluster.allow_unauthenticated_ray: true`` (:func:`check_unauthenticated_attach`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlinf.scheduler.config import ClusterConfig
-from rlinf.scheduler.errors import ClusterError
+from rlinf.scheduler.errors import ClusterError, UnauthenticatedRayError
 from rlinf.scheduler.placement import ClusterShape, NodeGroup
 from rlinf.scheduler.secret import RunSecret
 
@@ -79,6 +85,9 @@ class Cluster:
             :attr:`origin` says which one the run uses.
         node_groups: labelled node groups from ``cluster.node_groups`` (see placement docs).
         namespace: Ray namespace for named actors (channels) of this job.
+        allow_unauthenticated: attach to a cluster without Ray's token authentication even when
+            the run uses several nodes (``cluster.allow_unauthenticated_ray``); a one-node run
+            attaches either way and says so in :attr:`origin`.
 
     Example:
         >>> from rlinf.scheduler import Cluster
@@ -94,6 +103,7 @@ class Cluster:
         address: str | None = None,
         node_groups: tuple[NodeGroup, ...] = (),
         namespace: str = "rlinf",
+        allow_unauthenticated: bool = False,
     ):
         import ray
 
@@ -104,8 +114,11 @@ class Cluster:
         self._groups: list = []  # weak references to the worker groups launched on this cluster
         #: the run's key (:mod:`rlinf.scheduler.secret`): handed to every worker this cluster starts
         self.secret = RunSecret.new()
+        joined = ray.is_initialized()
+        if not joined:  # refused before Ray starts when the node count is known
+            check_unauthenticated_attach(num_nodes, allow_unauthenticated, address)
         #: one line naming the Ray cluster in use (printed by the entry points)
-        self.origin = _init_ray(address, namespace) if not ray.is_initialized() else \
+        self.origin = _init_ray(address, namespace) if not joined else \
             "the Ray cluster this process had already joined"
         self.nodes = _rank_nodes(_alive_nodes(), accelerators_per_node)
         if num_nodes is not None:
@@ -115,6 +128,12 @@ class Cluster:
                     "alive node(s); start the others with `ray start --address <head>`"
                 )
             self.nodes = self.nodes[:num_nodes]
+        elif not joined and len(self.nodes) > 1:  # "every alive node": known only now
+            try:
+                check_unauthenticated_attach(len(self.nodes), allow_unauthenticated, address)
+            except ClusterError:
+                ray.shutdown()
+                raise
         self.shape = ClusterShape(
             num_nodes=len(self.nodes),
             accelerators_per_node=(
@@ -145,7 +164,7 @@ class Cluster:
 
             return LocalCluster.from_config(cfg, address)
         cluster = cls(num_nodes=cfg.num_nodes, accelerators_per_node=cfg.accelerators_per_node,
-                      address=address)
+                      address=address, allow_unauthenticated=cfg.allow_unauthenticated_ray)
         cluster.shape = cfg.shape(accelerators_per_node=cluster.shape.accelerators_per_node)
         cluster._check_shape(explicit=cfg.accelerators_per_node is not None)
         return cluster
@@ -220,7 +239,8 @@ def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -
         check_local_plan(cfg, cfg.plan(cfg.shape(accelerators_per_node=gpus or 1)))
         return
     target, _ = ray_target(address)
-    if target != "local":
+    if target != "local":  # attached: only what this process's Ray settings say is known now
+        check_unauthenticated_attach(cfg.num_nodes, cfg.allow_unauthenticated_ray, address)
         return
     if cfg.num_nodes != 1:
         raise ConfigError("cluster.num_nodes", f"{cfg.num_nodes}, but the run starts a private local Ray "
@@ -230,6 +250,54 @@ def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -
     if gpus and cfg.accelerators_per_node is not None and cfg.accelerators_per_node > gpus:
         raise ConfigError("cluster.accelerators_per_node", f"{cfg.accelerators_per_node}, but this machine "
                           f"has {gpus} GPU(s)")
+
+
+#: the environment variable Ray reads its authentication mode from (every Ray process, at start)
+RAY_AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+def ray_authenticated(target: str) -> bool:
+    """Whether Ray's token authentication guards the cluster ``target`` (:func:`ray_target`) as
+    this process will join it: a private local cluster (``"local"``) has it unless
+    ``RAY_AUTH_MODE`` says otherwise (the pinned Ray turns it on for a new local cluster); an
+    attached one only with ``RAY_AUTH_MODE=token`` (Ray never turns it on for an address).
+
+    Example:
+        >>> import os
+        >>> saved = os.environ.pop(RAY_AUTH_MODE_ENV, None)
+        >>> ray_authenticated("local"), ray_authenticated("10.0.0.5:6379")
+        (True, False)
+        >>> os.environ[RAY_AUTH_MODE_ENV] = "token"
+        >>> ray_authenticated("10.0.0.5:6379")
+        True
+        >>> _ = os.environ.pop(RAY_AUTH_MODE_ENV) if saved is None else os.environ.update({RAY_AUTH_MODE_ENV: saved})
+    """
+    mode = os.environ.get(RAY_AUTH_MODE_ENV, "").strip().lower()
+    return mode in ("", "token") if target == "local" else mode == "token"
+
+
+def check_unauthenticated_attach(num_nodes: int | None, allowed: bool, address: str | None = None) -> None:
+    """Refuse a run of several nodes on a Ray cluster attached without token authentication,
+    unless ``allowed`` (``cluster.allow_unauthenticated_ray``): its ports would let anyone who
+    reaches them run code on every node. Needs no Ray; a private local cluster passes.
+
+    Raises:
+        ConfigError: naming ``cluster.allow_unauthenticated_ray`` (a :class:`ClusterError` too).
+
+    Example:
+        >>> check_unauthenticated_attach(1, allowed=False, address="10.0.0.5:6379")  # one node: said, not refused
+        >>> check_unauthenticated_attach(2, allowed=True, address="10.0.0.5:6379")
+    """
+    target, source = ray_target(address)
+    if num_nodes is None or num_nodes <= 1 or allowed or ray_authenticated(target):
+        return
+    raise UnauthenticatedRayError(
+        "cluster.allow_unauthenticated_ray",
+        f"false, but the run would use {num_nodes} nodes of the Ray cluster at {target} (from {source}), "
+        f"attached without Ray's token authentication ({RAY_AUTH_MODE_ENV} is not 'token' here): anyone "
+        f"who reaches its ports can run code on every node. Start the cluster with {RAY_AUTH_MODE_ENV}=token "
+        f"and set {RAY_AUTH_MODE_ENV}=token (and its token) for this run, or set "
+        "cluster.allow_unauthenticated_ray: true on a network only you can reach")
 
 
 def _local_gpu_count() -> int:
@@ -267,6 +335,9 @@ def _init_ray(address: str | None, namespace: str) -> str:
         return f"Ray: a private local cluster started by this run ({LOOPBACK}, {source})"
     logger.info("attaching to the Ray cluster at %s", target)
     ray.init(address=target, **kwargs)
+    if not ray_authenticated(target):
+        return (f"Ray: attached to the cluster at {target} (from {source}) WITHOUT authentication "
+                f"({RAY_AUTH_MODE_ENV} is not 'token'): anyone who reaches its ports can run code in it")
     return f"Ray: attached to the cluster at {target} (from {source})"
 
 

@@ -10,7 +10,7 @@ Example:
     >>> ClusterConfig.from_dict({"num_nodes": 1, "component_placment": {}})
     Traceback (most recent call last):
     ...
-    rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerator_memory_gib, accelerators_per_node, backend, component_placement, memory_check, node_groups, num_nodes
+    rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerator_memory_gib, accelerators_per_node, allow_unauthenticated_ray, backend, component_placement, memory_check, node_groups, num_nodes
     >>> ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 2,
     ...                          "component_placement": {"actor,rollout": "all"}})
     Traceback (most recent call last):
@@ -56,6 +56,12 @@ class ClusterConfig:
         accelerator_memory_gib: our key. Memory of one accelerator in GiB for that check; null =
             what ``torch.cuda`` reports on the driver's node (no GPU there: the run is planned on
             CPU, against the node's RAM shared by its ranks).
+        allow_unauthenticated_ray: our key (default false). A run attached to a Ray cluster
+            (``RAY_ADDRESS``) without Ray's token authentication (``RAY_AUTH_MODE`` is not
+            ``token``) says so in its one-line cluster origin; one that would use several nodes
+            so (``num_nodes > 1``) is refused before Ray starts unless this is true. Only for a
+            network only you can reach (docs/security.md); refused where it cannot matter
+            (``backend: local``, ``num_nodes: 1``).
     """
 
     component_placement: dict[str, Any]
@@ -65,6 +71,7 @@ class ClusterConfig:
     backend: Literal["ray", "local"] = "ray"
     memory_check: Literal["warn", "error", "off", False] = "warn"
     accelerator_memory_gib: float | None = None
+    allow_unauthenticated_ray: bool = False
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], key: str = "cluster") -> ClusterConfig:
@@ -81,6 +88,11 @@ class ClusterConfig:
               f"{path}.accelerator_memory_gib", f"must be > 0 or null, got {self.accelerator_memory_gib}")
         check(bool(self.component_placement), f"{path}.component_placement",
               "empty; place at least one component, e.g. {actor,rollout: all}")
+        check(not self.allow_unauthenticated_ray or (self.backend == "ray" and self.num_nodes > 1),
+              f"{path}.allow_unauthenticated_ray",
+              "true has no effect here: it only lets a run of several nodes (num_nodes > 1) attach to a "
+              "Ray cluster without token authentication (backend: local starts no Ray; one node attaches "
+              "either way and says so); remove it")
         if self.backend == "local":
             from rlinf.scheduler.local.cluster import check_local_config
 

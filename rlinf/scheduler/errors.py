@@ -6,6 +6,8 @@ job points at one process.
 
 from __future__ import annotations
 
+from rlinf.utils.typed_config import ConfigError
+
 
 class SchedulerError(RuntimeError):
     """Base class of runtime errors raised by :mod:`rlinf.scheduler`."""
@@ -132,3 +134,9 @@ class CallTimeoutError(SchedulerError, TimeoutError):
 
 class ClusterError(SchedulerError):
     """The Ray cluster does not match what the placement asks for."""
+
+
+class UnauthenticatedRayError(ConfigError, ClusterError):
+    """A run of several nodes would use a Ray cluster attached without token authentication; the
+    message names ``cluster.allow_unauthenticated_ray`` (a :class:`ConfigError` for the config
+    key, a :class:`ClusterError` for ``Cluster(...)``)."""

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.scheduler.cluster import _rank_nodes, ray_target
+from rlinf.scheduler import cluster as cluster_module
+from rlinf.scheduler.cluster import Cluster, _init_ray, _rank_nodes, check_cluster_before_start, ray_target
+from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.errors import ClusterError
+from rlinf.utils.typed_config import ConfigError
 
 
 def test_a_run_joins_only_a_named_cluster(monkeypatch):
@@ -73,3 +76,55 @@ def test_bad_node_rank_labels_are_errors(labels, message):
         node["Labels"]["rlinf.io/node-rank"] = label
     with pytest.raises(ClusterError, match=message):
         _rank_nodes(raw, None)
+
+
+TWO_NODES = {"num_nodes": 2, "accelerators_per_node": 1, "component_placement": {"a": "all"}}
+
+
+def test_several_nodes_of_an_unauthenticated_cluster_are_refused_before_ray_starts(monkeypatch):
+    import ray
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as in a fresh driver
+    monkeypatch.setattr(cluster_module, "_init_ray", lambda *a: pytest.fail("Ray was started"))
+    cfg = ClusterConfig.from_dict(TWO_NODES)
+    refusal = (r"^cluster.allow_unauthenticated_ray: false, but the run would use 2 nodes of the Ray cluster at "
+               r"127.0.0.1:9 \(from RAY_ADDRESS\), attached without Ray's token authentication \(RAY_AUTH_MODE "
+               r"is not 'token' here\).*set cluster.allow_unauthenticated_ray: true on a network only you can reach$")
+    with pytest.raises(ConfigError, match=refusal):
+        check_cluster_before_start(cfg)  # the entry points' check, before Ray
+    with pytest.raises(ClusterError, match=refusal):
+        Cluster.from_config(cfg)
+    allowed = ClusterConfig.from_dict({**TWO_NODES, "allow_unauthenticated_ray": True})
+    check_cluster_before_start(allowed)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the run joins with Ray's token: nothing to refuse
+    check_cluster_before_start(cfg)
+
+
+def test_the_key_is_refused_where_it_cannot_matter():
+    for where in ({"num_nodes": 1}, {"num_nodes": 1, "backend": "local"}):
+        with pytest.raises(ConfigError, match=r"^cluster.allow_unauthenticated_ray: true has no effect here"):
+            ClusterConfig.from_dict({**TWO_NODES, **where, "allow_unauthenticated_ray": True})
+
+
+def test_an_unauthenticated_attach_says_so_in_its_one_line_origin(monkeypatch):
+    import ray
+
+    joined = []
+    monkeypatch.setattr(ray, "init", lambda **kwargs: joined.append(kwargs["address"]))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    assert _init_ray("10.0.0.5:6379", "ns") == (
+        "Ray: attached to the cluster at 10.0.0.5:6379 (from the address argument) WITHOUT authentication "
+        "(RAY_AUTH_MODE is not 'token'): anyone who reaches its ports can run code in it")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert _init_ray("10.0.0.5:6379", "ns") == \
+        "Ray: attached to the cluster at 10.0.0.5:6379 (from the address argument)"
+    assert joined == ["10.0.0.5:6379"] * 2
+
+
+@pytest.mark.ray
+def test_the_test_cluster_is_attached_without_authentication_and_says_so(ray_cluster):
+    assert ray_cluster.origin.startswith("Ray: attached to the cluster at ")
+    assert "WITHOUT authentication (RAY_AUTH_MODE is not 'token')" in ray_cluster.origin
+    assert "\n" not in ray_cluster.origin and ray_cluster.shape.num_nodes == 2
