@@ -2,6 +2,7 @@
 
     python examples/scheduler_demo/main_demo.py                      # CPU, local Ray
     python examples/scheduler_demo/main_demo.py demo.steps=40        # Hydra overrides
+    python examples/scheduler_demo/main_demo.py cluster.backend=local  # every group in this process
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workers import LinearPolicy, ToyEnv, Trainer
 
+from rlinf.runners.launch import local_fold_note
 from rlinf.scheduler import Channel, Cluster, TensorLink, WorkerGroup
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.placement import render_grid
@@ -35,6 +37,9 @@ def main(cfg: DictConfig) -> None:
     t0 = time.perf_counter()
     cluster = Cluster.from_config(cluster_cfg)
     print(cluster.origin, flush=True)
+    folded = local_fold_note(cluster_cfg, cluster.shape)  # cluster.backend=local: each group one process
+    if folded is not None:
+        print(f"note: {folded}", flush=True)
     plan = cluster_cfg.plan(cluster.shape)
     print(render_grid(plan), flush=True)
 

@@ -14,11 +14,32 @@ def start_cluster(cfg: Any, print_fn=print):
 
     cluster = Cluster.from_config(cfg.cluster)
     print_fn(f"[rlinf] {cluster.origin}")
+    folded = local_fold_note(cfg.cluster, cluster.shape)
+    if folded is not None:
+        print_fn(f"[rlinf] note: {folded}")
     for note in cfg.notes():
         print_fn(f"[rlinf] note: {note}")
     plan = cfg.cluster.plan(cluster.shape)
     cfg.check_against_plan(plan)
     return cluster, plan
+
+
+def local_fold_note(cluster_cfg: Any, shape=None) -> str | None:
+    """The start-up line of a ``cluster.backend: local`` run whose placement has a group on
+    several processes (each folded to one, :mod:`rlinf.scheduler.placement.fold`); None on Ray
+    or when every group is one process already.
+
+    >>> from rlinf.scheduler.config import ClusterConfig
+    >>> local_fold_note(ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 2,
+    ...                                          "component_placement": {"actor,rollout,reward": "all"}}))
+    'cluster.backend local: actor 2 processes -> 1, rollout 2 processes -> 1, reward 2 processes -> 1 in this process; each group keeps its accelerators (actor,rollout,reward: 0,1), so groups placed apart stay apart'
+    """  # noqa: E501 - a doctest's expected output is one line
+    from rlinf.scheduler.placement import plan_placement
+    from rlinf.scheduler.placement.fold import fold_note
+
+    if cluster_cfg.backend != "local":
+        return None
+    return fold_note(plan_placement(cluster_cfg.component_placement, shape or cluster_cfg.shape()))
 
 
 def open_logger(runner_cfg: Any, resume_step: int | None):

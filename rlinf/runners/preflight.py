@@ -3,7 +3,11 @@ Each recipe's own checks live in its folder (``rlinf/runners/<recipe>/preflight.
 
 A failure is a :class:`~rlinf.utils.typed_config.ConfigError` naming one key; the entries turn it
 into one ``config error: <key>: ...`` line and exit code 2. Nothing is written: no output or log
-folder is created, no checkpoint touched, and Ray is not started.
+folder is created, no checkpoint touched, and Ray is not started, with one exception: an
+:class:`Asset` a shipped tiny config reads (the tiny model, the demonstrations) that is missing
+and quick to make is made by its command, said in one line (:func:`check_assets`); one that
+takes minutes is a ``config error`` line naming the command that makes it. Each recipe lists its
+assets in its own preflight (``MATH_ASSETS``, ``EMBODIED_ASSETS``, ...).
 
 * every recipe: output and log folders (``runner.output_dir``, ``runner.logger.log_path``, video
   folders) must be folders or creatable; ``runner.resume_dir`` must hold a complete checkpoint whose files match its manifest;
@@ -29,6 +33,9 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from rlinf.utils.typed_config import ConfigError
 
@@ -125,4 +132,106 @@ def check_run_folders(runner, extra: dict[str, str] | None = None) -> int | None
     folders.update(extra or {})
     for key, folder in folders.items():
         check_output_folder(folder, key)
-    return ckpt.resume_point(runner.resume_dir)[1] if runner.resume_dir else None
+    return ckpt.resume_point(runner.resume_dir, resume_unverified=runner.resume_unverified)[1] \
+        if runner.resume_dir else None
+
+
+@dataclass(frozen=True)
+class Asset:
+    """A file or folder a shipped tiny config reads that one command makes.
+
+    Attributes:
+        key: the config key naming it (``actor.model.model_path``), read from the typed config.
+        tail: the end of the shipped default path (``results/tiny_math/warm``); a configured path
+            ending so (``/tmp/x/results/tiny_math/warm`` too) is this asset, any other path is the
+            user's own and left to the usual checks.
+        command: the command that makes it, run from the current folder: a format string with
+            ``{path}`` (the configured path) and ``{parent}`` (its folder), or a function
+            ``(cfg, path) -> str`` (None: it cannot make this one).
+        about: how long it takes here, as said in the line (``a few seconds``, ``about 3 minutes``).
+        make: quick enough to make on the spot: a run that finds it missing runs ``command``
+            (said in one line) instead of stopping.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> warm = Asset("model.path", "results/tiny/warm", "python -m toolkits.tiny --out {parent}", "a minute")
+        >>> cfg = SimpleNamespace(model=SimpleNamespace(path="/nowhere/results/tiny/warm"))
+        >>> check_assets(cfg, [warm])
+        Traceback (most recent call last):
+        ...
+        rlinf.utils.typed_config.ConfigError: model.path: '/nowhere/results/tiny/warm' does not exist: run `python -m toolkits.tiny --out /nowhere/results/tiny` (a minute) to make it
+    """  # noqa: E501 - a doctest's expected output is one line
+
+    key: str
+    tail: str
+    command: str | Callable[[Any, str], str | None]
+    about: str
+    make: bool = False
+
+    def path_in(self, cfg: Any) -> str | None:
+        """The configured path when it is this asset and missing (None otherwise)."""
+        value: Any = cfg
+        for part in self.key.split("."):
+            value = getattr(value, part, None)
+            if value is None:
+                return None
+        path = str(value)
+        if os.path.exists(path) or not os.path.normpath(path).endswith(os.path.normpath(self.tail)):
+            return None
+        return path
+
+    def command_for(self, cfg: Any, path: str) -> str | None:
+        """The command that makes ``path`` (None: it cannot)."""
+        if callable(self.command):
+            return self.command(cfg, path)
+        return self.command.format(path=path, parent=os.path.dirname(path) or ".")
+
+
+def check_assets(cfg: Any, assets: Iterable[Asset], print_fn: Callable = print,
+                 run: Callable[[str], None] | None = None) -> None:
+    """For each of ``assets`` the typed ``cfg`` names and that is missing: make it when it is
+    quick (:attr:`Asset.make`: one ``[rlinf] ...`` line, then ``run(command)``, by default
+    :func:`run_asset_command`), else raise a :class:`ConfigError` naming the key, the path and the
+    command that makes it.
+
+    Raises:
+        ConfigError: a missing asset that takes long to make, or whose command failed.
+    """
+    for asset in assets:
+        path = asset.path_in(cfg)
+        command = None if path is None else asset.command_for(cfg, path)
+        if command is None:
+            continue
+        if not asset.make:
+            raise ConfigError(asset.key, f"{path!r} does not exist: run `{command}` ({asset.about}) to make it")
+        print_fn(f"[rlinf] {asset.key}: {path!r} does not exist: making it with `{command}` ({asset.about})")
+        try:
+            (run or run_asset_command)(command)
+        except RuntimeError as exc:
+            raise ConfigError(asset.key, f"{path!r} does not exist and `{command}` failed: {exc}") from None
+        if not os.path.exists(path):
+            raise ConfigError(asset.key, f"{path!r} does not exist, and `{command}` did not make it")
+
+
+def run_asset_command(command: str) -> None:
+    """Run an :class:`Asset` command (``python -m toolkits...``) with this interpreter from the
+    current folder, the repository on its import path; its output is kept unless it fails.
+
+    Raises:
+        RuntimeError: it failed (exit code and its last output line).
+    """
+    import shlex
+    import subprocess
+    import sys
+
+    from rlinf.runners.compose import REPO_ROOT
+
+    argv = shlex.split(command)
+    if argv and argv[0] == "python":
+        argv[0] = sys.executable
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()] or \
+            [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+        raise RuntimeError(f"exit {proc.returncode}: {lines[-1] if lines else 'no output'}")

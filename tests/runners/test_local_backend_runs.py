@@ -103,10 +103,9 @@ def test_toy_embodied_config_gives_the_same_metrics_locally_and_on_ray(ray_clust
 @pytest.mark.parametrize("args, line", [
     (["cluster.backend=lokal"],
      "config error: cluster.backend: 'lokal' is not allowed; expected one of 'ray', 'local'"),
-    (["cluster.backend=local"],  # the tiny config: actor,rollout,reward on both of 2 accelerators
-     "config error: cluster.component_placement.actor: local mode runs one process per group; actor is "
-     "placed on 2 processes: place it on one accelerator, e.g. `actor,rollout,reward: 0` with "
-     "cluster.accelerators_per_node: 1"),
+    (["cluster.backend=local", "cluster.num_nodes=2"],  # local mode is this machine
+     "config error: cluster.num_nodes: 2, but local mode (cluster.backend: local) runs on this machine only: "
+     "set cluster.num_nodes: 1"),
 ])
 def test_bad_backend_input_is_one_config_error_line_before_ray(args, line):
     env = {**os.environ, "RAY_ADDRESS": "local", "PYTHONPATH": str(ROOT)}

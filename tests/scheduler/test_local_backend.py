@@ -298,20 +298,22 @@ def test_shutdown_closes_pipes_and_refuses_calls(local_cluster):
     assert a.actors == []
 
 
-def test_config_backend_and_one_process_per_group():
+def test_config_backend_and_groups_folded_to_one_process():
     with pytest.raises(ConfigError) as err:
         ClusterConfig.from_dict({"backend": "lokal", "component_placement": {"a": 0}})
     assert str(err.value) == "cluster.backend: 'lokal' is not allowed; expected one of 'ray', 'local'"
-    with pytest.raises(ConfigError) as err:
-        ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 2,
-                                 "component_placement": {"actor,rollout,reward": "all"}})
-    assert str(err.value) == (
-        "cluster.component_placement.actor: local mode runs one process per group; actor is placed on 2 "
-        "processes: place it on one accelerator, e.g. `actor,rollout,reward: 0` with "
-        "cluster.accelerators_per_node: 1")
-    with pytest.raises(ConfigError, match=r"^cluster.component_placement.env: .* env is placed on 2 processes"):
-        ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 1,
-                                 "component_placement": {"env": "0:0-1", "actor": 0}})
+    # a group on several processes is one process holding their accelerators; the modes stay
+    cfg = ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 3,
+                                   "component_placement": {"actor": "0-1", "rollout,reward": 2}})
+    plan = cfg.plan()
+    assert {n: (c.world_size, c.processes[0].accelerators) for n, c in plan.components.items()} == {
+        "actor": (1, (0, 1)), "rollout": (1, (2,)), "reward": (1, (2,))}
+    assert plan.mode("actor", "rollout").value == "disaggregated"
+    assert plan.mode("rollout", "reward").value == "collocated"
+    two_on_one = ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 1,
+                                          "component_placement": {"env": "0:0-1", "actor": 0}}).plan()
+    assert two_on_one.component("env").processes[0].accelerators == (0,)
+    assert two_on_one.mode("env", "actor").value == "collocated"
     with pytest.raises(ConfigError, match=r"^cluster.num_nodes: 2, but local mode"):
         ClusterConfig.from_dict({"backend": "local", "num_nodes": 2, "component_placement": {"a": 0}})
     assert ClusterConfig.from_dict({"component_placement": {"a": 0}}).backend == "ray"
@@ -324,8 +326,11 @@ def test_check_before_start_refuses_without_ray(monkeypatch):
     ok = ClusterConfig.from_dict({"backend": "local", "component_placement": {"a,b": "all"}})
     check_cluster_before_start(ok)  # null accelerators_per_node on CPU: one slot, one process each
     two = ClusterConfig.from_dict({"backend": "local", "component_placement": {"a": "0:0-1"}})
-    with pytest.raises(ConfigError, match=r"^cluster.component_placement.a: local mode runs one process"):
-        check_cluster_before_start(two)
+    check_cluster_before_start(two)  # two processes on one slot: folded to one
+    with pytest.raises(ConfigError, match=r"^cluster.num_nodes: 2, but local mode"):
+        check_cluster_before_start(ClusterConfig.from_dict({"backend": "local", "num_nodes": 2,
+                                                            "accelerators_per_node": 1,
+                                                            "component_placement": {"a": 0}}))
 
 
 def test_a_local_run_never_imports_ray():

@@ -4,7 +4,8 @@ folders, the resume point, the cluster size, and each split's simulator asked in
 modes and assets; LIBERO: the library and suite), which the policy must fit
 (:func:`~rlinf.models.embodied.factory.check_policy_fits`). A π0 / π0.5 folder's metadata is
 checked before the simulators are asked (:func:`~rlinf.models.embodied.factory.check_model_folder`);
-no check reads a weight."""
+no check reads a weight. A tiny folder a shipped tiny config reads (:data:`EMBODIED_ASSETS`) is
+made when it is missing, said in one line."""
 
 from __future__ import annotations
 
@@ -13,9 +14,36 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlinf.config.embodied import EmbodiedConfig
-from rlinf.runners.preflight import check_run_folders
+from rlinf.runners.preflight import Asset, check_assets, check_run_folders
 from rlinf.runners.recipe import RunStart
 from rlinf.utils.typed_config import ConfigError
+
+_MAKE_VLA = "python -m toolkits.embodied.make_tiny_vla --out {path}"
+_LIBERO_ID = "physical-intelligence/libero"
+
+
+def _openvla_command(cfg, path: str) -> str:
+    """The tiny OpenVLA-OFT folder, with the LoRA adapter when the config reads one there too."""
+    lora = cfg.actor.model.lora_path
+    extra = f" --lora-out {lora}" if lora and os.path.normpath(lora).endswith(os.path.join("tiny_vla", "lora")) \
+        and not os.path.exists(lora) else ""
+    return f"{_MAKE_VLA.format(path=path)} --identity-stats{extra}"
+
+
+#: what the tiny embodied configs read and the command that makes it: tiny random-weight folders in
+#: a real format, made on the spot (about 15 s each here)
+EMBODIED_ASSETS = (
+    Asset("actor.model.model_path", "results/tiny_vla/base", _openvla_command, "about 15 s", make=True),
+    Asset("actor.model.lora_path", "results/tiny_vla/lora",
+          "python -m toolkits.embodied.make_tiny_vla --out {parent}/base --identity-stats --lora-out {path}",
+          "about 15 s", make=True),
+    Asset("actor.model.model_path", "results/tiny_pi0/pi0_libero", _MAKE_VLA + " --model-type pi0 --layout rlinf "
+          f"--action-horizon 50 --asset-id {_LIBERO_ID}", "about 15 s", make=True),
+    Asset("actor.model.model_path", "results/tiny_pi0/pi05_libero", _MAKE_VLA + " --model-type pi05 --layout rlinf "
+          f"--action-horizon 10 --asset-id {_LIBERO_ID}", "about 15 s", make=True),
+    Asset("actor.model.model_path", "results/tiny_pi0/pi0_maniskill", _MAKE_VLA + " --model-type pi0 --layout rlinf "
+          "--action-horizon 8 --state-dim 29", "about 15 s", make=True),
+)
 
 
 @dataclass
@@ -26,9 +54,11 @@ class EmbodiedStart(RunStart):
     obs_specs: dict[str, Any] | None = None
 
 
-def prepare_embodied(raw: Any, config_cls: type[EmbodiedConfig] = EmbodiedConfig) -> EmbodiedStart:
+def prepare_embodied(raw: Any, config_cls: type[EmbodiedConfig] = EmbodiedConfig,
+                     assets: tuple[Asset, ...] = EMBODIED_ASSETS) -> EmbodiedStart:
     """All checks of an embodied run before Ray (see the module docstring); ``config_cls`` is
-    the root config to parse (the off-policy recipe passes its own).
+    the root config to parse (the off-policy recipe passes its own); a missing tiny folder of
+    ``assets`` is made first (:func:`~rlinf.runners.preflight.check_assets`).
 
     Raises:
         ConfigError: the first problem found, naming its key.
@@ -42,6 +72,7 @@ def prepare_embodied(raw: Any, config_cls: type[EmbodiedConfig] = EmbodiedConfig
     if (model.model_type or "").lower() not in MODEL_TYPES:  # before any simulator import
         raise ConfigError("actor.model.model_type", f"embodied policies are {', '.join(MODEL_TYPES)}; "
                                                     f"got {model.model_type!r}")
+    check_assets(cfg, assets)
     if model.model_path is not None and not os.path.isdir(model.model_path):
         raise ConfigError("actor.model.model_path", f"{model.model_path!r} is not a folder")
     check_model_folder(model)  # π0 / π0.5: the folder's metadata, before the simulators start

@@ -3,23 +3,46 @@ point, cluster, each split's simulator asked for its shapes) with the off-policy
 the demonstration file (RLPD) read and checked against the train env, and the learner's and
 buffer's settings made from the config.
 
-A bad demonstration file (missing, truncated, another task, controller, reward mode or observation
+A missing ``<folder>/trajectory.h5`` for PickCube-v1 (RLPD's shipped config) is made first by the
+scripted expert (:data:`OFFPOLICY_ASSETS`: ``toolkits.embodied.make_demos``, said in one line). A
+bad demonstration file (missing, truncated, another task, controller, reward mode or observation
 space, fewer transitions than ``demo_buffer.min_buffer_size``) is one
 ``algorithm.demo_buffer.load_path`` line naming the file.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig
-from rlinf.runners.embodied.preflight import EmbodiedStart, prepare_embodied
+from rlinf.runners.embodied.preflight import EMBODIED_ASSETS, EmbodiedStart, prepare_embodied
+from rlinf.runners.preflight import Asset
 from rlinf.utils.typed_config import ConfigError
 
 DEMO_KEY = "algorithm.demo_buffer.load_path"
+#: the task the scripted expert of ``toolkits.embodied.make_demos`` solves
+EXPERT_TASK = "PickCube-v1"
+
+
+def _demos_command(cfg: OffPolicyEmbodiedConfig, path: str) -> str | None:
+    """``make_demos`` for the train env's task and reward mode, as many episodes as the config
+    loads (None: no scripted expert for the task)."""
+    env = cfg.env.train
+    if env.env_type != "maniskill" or env.init_params.id != EXPERT_TASK:
+        return None
+    reward = env.init_params.reward_mode
+    extra = f" --reward-mode {reward}" if reward and reward != "normalized_dense" else ""
+    num = cfg.algorithm.demo_buffer.max_episodes or 100
+    return (f"python -m toolkits.embodied.make_demos --env {EXPERT_TASK} --num {num} "
+            f"--out {os.path.dirname(path) or '.'}{extra}")
+
+
+#: the demonstrations RLPD's config reads: made by the scripted expert when missing
+OFFPOLICY_ASSETS = (Asset(DEMO_KEY, "trajectory.h5", _demos_command, "about 35 s for 100 episodes here", make=True),)
 
 
 @dataclass
@@ -39,7 +62,7 @@ def prepare_offpolicy(raw: Any) -> OffPolicyStart:
     Raises:
         ConfigError: the first problem found, naming its key.
     """
-    base = prepare_embodied(raw, OffPolicyEmbodiedConfig)
+    base = prepare_embodied(raw, OffPolicyEmbodiedConfig, EMBODIED_ASSETS + OFFPOLICY_ASSETS)
     cfg: OffPolicyEmbodiedConfig = base.cfg
     spec = base.obs_specs["train"]
     demos, episodes = None, 0

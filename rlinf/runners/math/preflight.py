@@ -19,9 +19,22 @@ from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
 from rlinf.data.readers import read_rows
 from rlinf.data.tokenizer import prompt_encoder
-from rlinf.runners.preflight import HF_TOKENIZER_FILES, check_hf_folder, check_model_type, check_run_folders
+from rlinf.runners.preflight import (
+    HF_TOKENIZER_FILES,
+    Asset,
+    check_assets,
+    check_hf_folder,
+    check_model_type,
+    check_run_folders,
+)
 from rlinf.runners.recipe import RunStart
 from rlinf.utils.typed_config import ConfigError
+
+_TINY_MATH = "python -m toolkits.tiny_math.prepare --out {parent}"
+#: what the tiny math configs read and the command that makes it (quick: it copies the shipped warm start)
+MATH_ASSETS = tuple(Asset(key, "results/tiny_math/warm", _TINY_MATH, "a few seconds: it copies the shipped "
+                          "warm start", make=True)
+                    for key in ("actor.model.model_path", "rollout.model.model_path"))
 
 
 def build_loaders(cfg: MathConfig, tokenizer, system_prompt: str | None = None,
@@ -72,19 +85,22 @@ class MathStart(RunStart):
     val: Any = None
 
 
-def prepare_math(raw: Any, config_cls: type[MathConfig] = MathConfig, prompt_extras=None) -> MathStart:
+def prepare_math(raw: Any, config_cls: type[MathConfig] = MathConfig, prompt_extras=None,
+                 assets: tuple[Asset, ...] = MATH_ASSETS, print_fn=print) -> MathStart:
     """All checks of a math run before Ray (see the module docstring).
 
     Raises:
         ConfigError: the first problem found, naming its key.
 
     ``config_cls`` is the root config (a subclass for recipes built on this one);
-    ``prompt_extras(cfg)`` gives ``(system_prompt, tools)`` for the chat template.
+    ``prompt_extras(cfg)`` gives ``(system_prompt, tools)`` for the chat template; ``assets``:
+    what the recipe's tiny configs read (:func:`~rlinf.runners.preflight.check_assets`).
     """
     from rlinf.data.tokenizer import load_tokenizer
     from rlinf.scheduler.cluster import check_cluster_before_start
 
     cfg = config_cls.load(raw, check_paths=False)
+    check_assets(cfg, assets, print_fn)  # a missing tiny model: made, or one line naming its command
     tok_dir = cfg.actor.tokenizer.tokenizer_model
     if tok_dir is not None and not (os.path.isdir(tok_dir) and any(
             os.path.isfile(os.path.join(tok_dir, f)) for f in HF_TOKENIZER_FILES + ("tokenizer_config.json",))):

@@ -20,6 +20,7 @@ from rlinf.config.agent import ToolAgentConfig
 from rlinf.runners.math.preflight import MathStart, prepare_math
 from rlinf.runners.math.recipe import MathRecipe
 from rlinf.runners.recipe import run_recipe
+from rlinf.runners.tool_agent.preflight import TOOL_AGENT_ASSETS
 
 
 def build_tools(cfg: ToolAgentConfig) -> dict:
@@ -52,7 +53,7 @@ class ToolAgentRecipe(MathRecipe):
     summary_label = "held-out success"
 
     def prepare(self, raw: Any) -> MathStart:
-        start = prepare_math(raw, ToolAgentConfig, _prompt_extras)
+        start = prepare_math(raw, ToolAgentConfig, _prompt_extras, TOOL_AGENT_ASSETS)
         if not start.cfg.agentloop.pass_tool_schemas:  # the tools are still built and checked before Ray
             for tool in build_tools(start.cfg).values():
                 tool.close()

@@ -11,9 +11,14 @@ from typing import Any
 
 from rlinf.config.web import WebAgentConfig
 from rlinf.engines.web.browser_errors import BrowserStartError, find_chromium
-from rlinf.runners.preflight import check_hf_folder
+from rlinf.runners.preflight import Asset, check_assets, check_hf_folder
 from rlinf.runners.recipe import RunStart
 from rlinf.utils.typed_config import ConfigError
+
+#: what the tiny web config reads and the command that makes it (demonstrations in Chromium and a
+#: supervised warm start: minutes, so a run that misses it stops with the command)
+WEB_ASSETS = (Asset("policy_config.base_model", "results/tiny_web/warm",
+                    "python -m toolkits.web_tasks.prepare --out {parent}", "about 2 minutes on 2 CPU cores"),)
 
 
 @dataclass
@@ -47,7 +52,10 @@ def prepare_web(raw: Any) -> WebStart:
     from rlinf.data.web_tasks import load_tasks
     from rlinf.scheduler.cluster import check_cluster_before_start
 
-    cfg = WebAgentConfig.load(raw, check_paths=True)
+    cfg = WebAgentConfig.load(raw, check_paths=False)
+    if "rollout" in cfg.components or cfg.trains:  # the policy's folder is read (as check_paths says)
+        check_assets(cfg, WEB_ASSETS)  # the tiny policy missing: one line naming the command that makes it
+    cfg.check_paths()
     tasks = {"train": [], "test": []}
     for split in cfg.needed_splits():
         try:
