@@ -31,7 +31,7 @@ returning :class:`AdvantageOutputs`, put its formula in its docstring, decorate 
 ``rlinf/algorithms/`` listed in ``_ADVANTAGE_MODULES`` (``advantages.py`` holds the
 outcome-reward ones), and add a test whose expected values are worked out by hand.
 ``algorithm.adv_type: name`` then selects it; regenerate ``docs/config_reference.md``
-(``python -m rlinf.config.reference_doc``). A toy one, registered in a scratch registry so the
+(``python -m rlinf.runners.reference_doc``). A toy one, registered in a scratch registry so the
 real one stays as shipped:
 
     >>> import torch

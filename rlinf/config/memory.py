@@ -1,6 +1,6 @@
 """Memory arithmetic of a decoder-only LM: training state, activations, vocabulary log-softmax,
 KV cache. Pure arithmetic on a :class:`ModelShape` (read from the model folder's ``config.json``);
-the per-role estimates of a run are built from it by :mod:`rlinf.runners.memory_plan`.
+the per-role estimates of a run are built from it by each recipe (:mod:`rlinf.runners.memory_check`).
 
 Bytes per rank of a training step (``N`` parameters, ``T`` trainable ones (``N`` or the LoRA
 adapters), ``m`` bytes of the master dtype, ``c`` of the compute dtype, ``S`` ranks sharing the

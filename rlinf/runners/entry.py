@@ -37,7 +37,7 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
     from rlinf.scheduler.errors import ClusterError, SchedulerError
 
     metric, label = recipe.summary_metric, recipe.summary_label
-    missing = missing_extras_line(recipe.name, cfg)
+    missing = missing_extras_line(recipe, cfg)
     if missing is not None:  # an extra the run needs is not installed: the one command that installs it
         print(f"error: {missing}", file=sys.stderr)
         sys.exit(2)

@@ -19,6 +19,17 @@ What a recipe gives:
   restart resumes (read from the raw config before the full parse);
 * :meth:`Recipe.describe` (optional): start-up lines about the run.
 
+What the run layer asks a recipe for (hooks; the shared code never names a recipe):
+
+* :meth:`Recipe.claims`: whether a raw config is its own (``runner.task_type``, a layout);
+  :func:`rlinf.runners.registry.recipe_for` asks every recipe;
+* :meth:`Recipe.memory_estimate`: each role's memory per rank for the config on a placement
+  (``cluster.memory_check`` before Ray, ``python -m rlinf.scheduler.placement CONFIG --memory``);
+* :meth:`Recipe.needed_extras`: the set-up extras a raw config needs (:mod:`rlinf.runners.extras_check`);
+* :attr:`Recipe.config_cls` with :attr:`Recipe.reference_page` / :attr:`Recipe.reference_order` /
+  :attr:`Recipe.reference_suffix`: where its keys go in the generated config reference
+  (:mod:`rlinf.runners.reference_doc`).
+
 Shared runner code (this module, ``schedule``, ``recovery``, ``launch``, ``entry``,
 ``compose``, ``checkpoint``, ``preflight``) imports no recipe; each recipe lives in its own
 folder under ``rlinf/runners/`` and imports from the shared layer only.
@@ -31,7 +42,7 @@ Example (a recipe's entry point; see docs/design.md "How to add a recipe")::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -63,6 +74,22 @@ class Recipe:
     summary_metric: ClassVar[str] = "accuracy"
     #: how the entry names it ("held-out accuracy")
     summary_label: ClassVar[str] = "validation"
+    #: the ``runner.task_type`` that names it (None: a config names it another way, :meth:`claims`)
+    task_type: ClassVar[str | None] = None
+    #: how a config without ``runner.task_type`` is recognised, for the lookup's error ("" = it is not)
+    layout_hint: ClassVar[str] = ""
+    #: the config reference page its keys go to (``main``: docs/config_reference.md, ``web``:
+    #: docs/config_reference_web.md), its rank there (lower first: the first recipe of a page
+    #: gives every section, later ones add the sections not yet shown) and the words that head a
+    #: section of its own whose name an earlier recipe already used ("" = such a section is left out)
+    reference_page: ClassVar[str] = "main"
+    reference_order: ClassVar[int] = 100
+    reference_suffix: ClassVar[str] = ""
+
+    def claims(self, raw: Mapping) -> bool:
+        """Whether the plain raw config ``raw`` asks for this recipe (default: its
+        ``runner.task_type`` is :attr:`task_type`)."""
+        return self.task_type is not None and task_type_of(raw) == self.task_type
 
     def prepare(self, raw: Any) -> RunStart:
         """Parse ``raw`` and run every check knowable before Ray; raise
@@ -73,10 +100,21 @@ class Recipe:
         """Start-up lines about the run (printed after the cluster starts)."""
         return []
 
-    def memory_items(self, start: RunStart) -> dict[str, tuple]:
-        """Memory the config alone does not show, known after :meth:`prepare` (component ->
-        :class:`~rlinf.scheduler.memory.MemoryItem` s added to its estimate); default none."""
-        return {}
+    def memory_estimate(self, cfg: Any, plan, capacity, start: RunStart | None = None):
+        """Each placed role's memory per rank (a :class:`~rlinf.scheduler.memory.MemoryEstimate`)
+        for the typed config ``cfg`` on ``plan`` against ``capacity`` (its ``kind``: ``gpu`` keeps
+        model state on the device, ``cpu`` is moved to host RAM by the caller). ``start``: what
+        :meth:`prepare` found (None from the placement CLI, which runs no checks). A role it
+        cannot size is left out with a note; a :class:`~rlinf.utils.typed_config.ConfigError`
+        becomes a note. Default: nothing estimated."""
+        from rlinf.scheduler.memory import MemoryEstimate
+
+        return MemoryEstimate({}, (f"not estimated: the {self.name} recipe gives no memory estimate",))
+
+    def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
+        """``(extra, what needs it)`` pairs of ``pyproject.toml`` extras this recipe's run of the
+        raw config ``raw`` needs beyond the shared ones (:mod:`rlinf.runners.extras_check`)."""
+        return []
 
     def open_logger(self, start: RunStart):
         """The run's :class:`~rlinf.utils.metric_logger.MetricLogger` (``runner.logger``)."""
@@ -103,6 +141,16 @@ class Recipe:
         return with_resume_dir(raw, checkpoint)
 
 
+def task_type_of(raw: Any) -> Any:
+    """``runner.task_type`` of a plain raw config, None when not given.
+
+    >>> task_type_of({"runner": {"task_type": "math"}}), task_type_of({"runner": None}), task_type_of({})
+    ('math', None, None)
+    """
+    runner = raw.get("runner") if isinstance(raw, Mapping) else None
+    return runner.get("task_type") if isinstance(runner, Mapping) else None
+
+
 def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
     """Run ``recipe`` on ``raw`` (a Hydra ``DictConfig`` or a plain dict) under
     ``runner.recover_mode`` (:func:`~rlinf.runners.recovery.run_with_recovery`). Returns the
@@ -114,11 +162,11 @@ def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str
 def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
     """One attempt: checks before Ray, cluster, logger, groups, runner, fit, shutdown."""
     from rlinf.runners.launch import start_cluster
-    from rlinf.runners.memory_plan import check_before_ray
+    from rlinf.runners.memory_check import check_before_ray
     from rlinf.scheduler.errors import OutOfMemoryError
 
     start = recipe.prepare(raw)
-    check_before_ray(start.cfg, print_fn, extra=recipe.memory_items(start))  # cluster.memory_check, before Ray
+    check_before_ray(recipe, start.cfg, print_fn, start=start)  # cluster.memory_check, before Ray
     cluster, plan = start_cluster(start.cfg, print_fn)
     for line in recipe.describe(start, plan):
         print_fn(f"[rlinf] {line}")

@@ -10,19 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlinf.config.reference_doc import (
-    DEFAULT_PATH,
-    WEB_PATH,
-    UndocumentedFieldError,
-    document,
-    document_web,
-    main,
-    render_reference,
-)
+from rlinf.config.reference_doc import DEFAULT_PATH, WEB_PATH, UndocumentedFieldError, render_reference
+from rlinf.runners.reference_doc import document, document_web, main, page_roots
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_YAML = Path(__file__).parent / "data" / "reference_math.yaml"
-REGENERATE = f"python -m rlinf.config.reference_doc --out {DEFAULT_PATH}"
+REGENERATE = f"python -m rlinf.runners.reference_doc --out {DEFAULT_PATH}"
 
 
 @pytest.fixture(scope="module")
@@ -165,12 +158,32 @@ def test_cli_out_and_check(tmp_path, capsys):
     assert f"{target} is out of date; regenerate it with" in capsys.readouterr().err
 
 
+def test_each_recipe_puts_its_root_config_on_its_page():
+    """The recipes say which root config a page shows (Recipe hooks), in their order; the off-policy
+    recipe's own sections under a heading math already used are headed with its suffix."""
+    assert page_roots("main") == [("MathConfig", ""), ("EmbodiedConfig", ""), ("ToolAgentConfig", ""),
+                                  ("OffPolicyEmbodiedConfig", "(off-policy embodied)")]
+    assert page_roots("web") == [("WebAgentConfig", "")]
+
+
+def test_the_old_command_names_the_new_one():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "rlinf.config.reference_doc", "--out", "x.md"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "error: the reference is rendered from the recipes' root configs now: run python -m "
+        "rlinf.runners.reference_doc --out docs/config_reference.md --web-out docs/config_reference_web.md"]
+
+
 def test_web_reference_is_current():
     """docs/config_reference_web.md is rendered from the web-agent config dataclasses."""
     path = ROOT / WEB_PATH
     rendered = document_web()
     assert path.is_file() and path.read_text(encoding="utf-8") == rendered, (
-        f"{WEB_PATH} is out of date; regenerate it with python -m rlinf.config.reference_doc --web-out {WEB_PATH}")
+        f"{WEB_PATH} is out of date; regenerate it with python -m rlinf.runners.reference_doc --web-out {WEB_PATH}")
     anchors = {re.sub(r"[^a-z0-9_\- ]", "", line[3:].lower()).replace(" ", "-")
                for line in rendered.splitlines() if line.startswith("## ")}
     assert set(re.findall(r"\]\(#([^)]+)\)", rendered)) <= anchors

@@ -266,11 +266,12 @@ def test_the_memory_estimate_counts_the_checkpoints_parameters(checkpoints):
     """The pre-Ray memory estimate reads a π0 folder's parameter count from its headers: the
     rollout holds all weights, the actor its FSDP share, gradients and AdamW state of the trained
     part (the expert and heads under train_expert_only)."""
-    from rlinf.runners.memory_plan import estimate
+    from rlinf.runners.embodied.recipe import EMBODIED_RECIPE
+    from rlinf.runners.memory_check import estimate
     from rlinf.scheduler.memory import Capacity
 
     cfg = load("libero_ppo_pi0", [f"actor.model.model_path={checkpoints['libero_ppo_pi0']}"])
-    est = estimate(cfg, cfg.cluster.plan(), Capacity(80 * 2**30, 512 * 2**30, "test", kind="gpu"))
+    est = estimate(EMBODIED_RECIPE, cfg, cfg.cluster.plan(), Capacity(80 * 2**30, 512 * 2**30, "test", kind="gpu"))
     rollout, actor = est.components["rollout"], est.components["actor"]
     weights = next(i for i in rollout.items if i.name == "weights")
     assert "B params (bf16)" in weights.note and weights.bytes > 0

@@ -234,18 +234,17 @@ def test_the_memory_estimate_before_ray_holds_the_replay_buffer(tmp_path):
     """The buffer is preallocated in the actor process: capacity x one row's bytes (two states,
     the action, reward and discount in fp32, the termination flag in one byte)."""
     from rlinf.runners.embodied_offpolicy.recipe import OffPolicyRecipe
-    from rlinf.runners.memory_plan import check_before_ray
+    from rlinf.runners.memory_check import check_before_ray
 
     recipe = OffPolicyRecipe()
     start = recipe.prepare(sac_config(tmp_path))
     obs_dim = start.obs_specs["train"].state_dim
-    (buffer,) = recipe.memory_items(start)["actor"]
-    assert buffer.name == "replay buffer" and buffer.where == "host"
-    assert buffer.bytes == 500 * ((2 * obs_dim + 2 + 2) * 4 + 1)
     lines: list[str] = []
-    est = check_before_ray(start.cfg, lines.append, extra=recipe.memory_items(start))
+    est = check_before_ray(recipe, start.cfg, lines.append, start=start)
+    (buffer,) = [i for i in est.components["actor"].items if i.name == "replay buffer"]
+    assert buffer.where == "host"
+    assert buffer.bytes == 500 * ((2 * obs_dim + 2 + 2) * 4 + 1)
     assert any("replay buffer" in line for line in lines), lines
-    assert buffer in est.components["actor"].items
 
 
 class _Call:

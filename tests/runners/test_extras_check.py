@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from rlinf.runners.embodied.recipe import EMBODIED_RECIPE
+from rlinf.runners.embodied_offpolicy.recipe import OFFPOLICY_RECIPE
 from rlinf.runners.extras_check import missing_extras_line, needed_extras
+from rlinf.runners.math.recipe import MATH_RECIPE
+from rlinf.runners.tool_agent.recipe import TOOL_AGENT_RECIPE
+from rlinf.runners.web_agent.recipe import WEB_RECIPE
 from rlinf.utils import extras
 from rlinf.utils.extras import MissingExtra, require_extras, setup_command
 
@@ -45,24 +50,32 @@ def test_math_entry_without_math_extra_names_the_command():
 
 
 def test_needed_extras_follow_the_config():
+    """The shared part (tensorboard) first, then what the recipe's hook says."""
     math = OmegaConf.create({"rollout": {"backend": "huggingface"}, "actor": {"training_backend": "fsdp"}})
-    assert [e for e, _ in needed_extras("math", math)] == ["math", "math"]
+    assert [e for e, _ in needed_extras(MATH_RECIPE, math)] == ["math", "math"]
     vllm = OmegaConf.create({"rollout": {"backend": "vllm"}, "actor": {"training_backend": "megatron"},
                              "runner": {"logger": {"logger_backends": ["wandb"]}}})
-    got = [e for e, _ in needed_extras("math", vllm)]
+    got = [e for e, _ in needed_extras(MATH_RECIPE, vllm)]
     assert got[0] == "math" and got[1] in ("vllm", "vllm-cpu") and got[2] == "megatron"
+    assert needed_extras(TOOL_AGENT_RECIPE, vllm) == needed_extras(MATH_RECIPE, vllm)  # it extends math
     toy = OmegaConf.create({"env": {"train": {"env_type": "toy"}, "eval": {"env_type": "toy"}},
                             "actor": {"model": {"model_type": "mlp"}}, "runner": {"logger": {"logger_backends": []}}})
-    assert needed_extras("embodied", toy) == []
+    assert needed_extras(EMBODIED_RECIPE, toy) == []
     vla = OmegaConf.create({"env": {"train": {"env_type": "libero"}},
                             "actor": {"model": {"model_type": "openvla_oft"}}})
-    assert [e for e, _ in needed_extras("embodied", vla)] == ["math", "libero", "math", "embodied"]
+    assert [e for e, _ in needed_extras(EMBODIED_RECIPE, vla)] == ["math", "libero", "math", "embodied"]
+    sac = OmegaConf.create({"env": {"train": {"env_type": "maniskill"}, "eval": {"env_type": "maniskill"}},
+                            "runner": {"logger": {"logger_backends": []}}})
+    assert needed_extras(OFFPOLICY_RECIPE, sac) == [("embodied", "ManiSkill3 (env.train.env_type: maniskill)"),
+                                                    ("embodied", "ManiSkill3 (env.eval.env_type: maniskill)")]
+    web = OmegaConf.create({"env_config": {}, "runner": {"logger": {"logger_backends": []}}})
+    assert [e for e, _ in needed_extras(WEB_RECIPE, web)] == ["math", "web"]
 
 
 def test_missing_line_and_require(monkeypatch):
     monkeypatch.setitem(extras.EXTRA_MODULES, "agent", ("no_such_module_rlinf_test",))
     cfg = OmegaConf.create({"runner": {"logger": {"logger_backends": []}}})
-    assert missing_extras_line("math", cfg) is None  # math is installed in the test venv
+    assert missing_extras_line(MATH_RECIPE, cfg) is None  # math is installed in the test venv
     assert extras.missing_extras(["math", "agent", "agent"]) == ["agent"]
     with pytest.raises(MissingExtra, match=r"^bm25s is not installed: run `bash scripts/setup_env.sh --extras agent`$"):
         require_extras(["math", "agent"], "bm25s")

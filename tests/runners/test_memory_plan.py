@@ -10,7 +10,8 @@ import yaml
 
 from rlinf.config.math import MathConfig
 from rlinf.config.memory import ModelShape
-from rlinf.runners.memory_plan import check_before_ray
+from rlinf.runners.math.recipe import MATH_RECIPE
+from rlinf.runners.memory_check import check_before_ray
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.memory import GIB, Capacity
 from rlinf.scheduler.placement.__main__ import main as placement_main
@@ -46,7 +47,7 @@ TINY_GPU = Capacity(accelerator_bytes=GIB // 1024, node_bytes=64 * GIB, source="
 def test_error_refuses_naming_the_role_and_the_keys(model):
     printed = []
     with pytest.raises(ConfigError) as err:
-        check_before_ray(_cfg(model, "error"), printed.append, TINY_GPU)
+        check_before_ray(MATH_RECIPE, _cfg(model, "error"), printed.append, TINY_GPU)
     assert err.value.key == "cluster.memory_check"
     text = str(err.value)
     assert text.startswith("cluster.memory_check: error: actor on node 0 acc 0 needs ~")
@@ -58,12 +59,13 @@ def test_error_refuses_naming_the_role_and_the_keys(model):
 
 def test_warn_prints_and_goes_on_and_a_plan_that_fits_says_ok(model):
     printed = []
-    est = check_before_ray(_cfg(model), printed.append, TINY_GPU)
+    est = check_before_ray(MATH_RECIPE, _cfg(model), printed.append, TINY_GPU)
     assert est is not None and set(est.components) == {"actor", "rollout"}
     warnings = [line for line in printed if "warning: memory:" in line]
     assert len(warnings) == 1 and "actor on node 0 acc 0" in warnings[0]
     printed.clear()
-    check_before_ray(_cfg(model, "error"), printed.append, Capacity(80 * GIB, 64 * GIB, "test", kind="gpu"))
+    check_before_ray(MATH_RECIPE, _cfg(model, "error"), printed.append,
+                     Capacity(80 * GIB, 64 * GIB, "test", kind="gpu"))
     assert "[rlinf]   node 0 acc 0:" in "\n".join(printed) and not any("warning" in p for p in printed)
     actor = est.components["actor"]
     n = ModelShape.from_hf_config(HF).params
@@ -75,10 +77,10 @@ def test_warn_prints_and_goes_on_and_a_plan_that_fits_says_ok(model):
 
 def test_off_prints_nothing(model):
     printed = []
-    assert check_before_ray(_cfg(model, "off"), printed.append, TINY_GPU) is None
+    assert check_before_ray(MATH_RECIPE, _cfg(model, "off"), printed.append, TINY_GPU) is None
     assert printed == []
     bare = yaml.safe_load("memory_check: off")["memory_check"]  # YAML 1.1 reads a bare off as false
-    assert bare is False and check_before_ray(_cfg(model, bare), printed.append, TINY_GPU) is None
+    assert bare is False and check_before_ray(MATH_RECIPE, _cfg(model, bare), printed.append, TINY_GPU) is None
     assert printed == []
 
 

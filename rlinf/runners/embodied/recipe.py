@@ -17,8 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rlinf.config.embodied import EmbodiedConfig
+from rlinf.config.embodied_offpolicy import offpolicy_requested
 from rlinf.runners.embodied.preflight import EmbodiedStart, prepare_embodied
 from rlinf.runners.recipe import Recipe, run_recipe
+
+#: ``env.<split>.env_type`` -> (the extra that installs it, the library's name)
+SIMULATOR_EXTRAS = {"maniskill": ("embodied", "ManiSkill3"), "libero": ("libero", "LIBERO"),
+                    "metaworld": ("metaworld", "Meta-World")}
 
 
 def link_labels(cfg) -> str:
@@ -44,6 +49,45 @@ class EmbodiedRecipe(Recipe):
     config_cls = EmbodiedConfig
     summary_metric = "success_rate"
     summary_label = "eval success rate"
+    task_type = "embodied"
+    reference_order = 10  # after math's: adds env and below
+
+    def claims(self, raw) -> bool:
+        """``runner.task_type: embodied`` without the off-policy switch (``algorithm.loss_type``
+        / ``adv_type: embodied_sac``, RLinf's)."""
+        return super().claims(raw) and not offpolicy_requested(raw)
+
+    def memory_estimate(self, cfg, plan, capacity, start=None):
+        """Simulators, rollout and actor (:func:`~rlinf.runners.embodied.memory.embodied_memory`)."""
+        from rlinf.runners.embodied.memory import embodied_memory
+
+        return embodied_memory(cfg, plan, capacity, capacity.kind == "gpu")
+
+    def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
+        """Per split ``env.<split>.env_type``: ``maniskill`` -> ``embodied``, ``libero`` ->
+        ``libero``, ``metaworld`` -> ``metaworld`` (``toy`` needs nothing); ``save_video`` ->
+        ``embodied`` (imageio); ``actor.model.model_type`` openvla / openvla_oft -> ``math`` and
+        ``embodied`` (transformers, peft); pi0 / pi05 -> ``math`` and ``embodied`` (transformers,
+        sentencepiece)."""
+        from rlinf.runners.extras_check import config_value
+
+        out: list[tuple[str, str]] = []
+        env = config_value(raw, "env", {}) or {}
+        for split in ("train", "eval"):
+            env_type = str(config_value(env, f"{split}.env_type", "") or "")
+            if env_type in SIMULATOR_EXTRAS:
+                extra, name = SIMULATOR_EXTRAS[env_type]
+                out.append((extra, f"{name} (env.{split}.env_type: {env_type})"))
+            if config_value(env, f"{split}.video_cfg.save_video", False) is True:
+                out.append(("embodied", f"imageio (env.{split}.video_cfg.save_video)"))
+        model_type = str(config_value(raw, "actor.model.model_type", "") or "")
+        if model_type in ("openvla", "openvla_oft"):
+            out.append(("math", f"transformers (actor.model.model_type: {model_type})"))
+            out.append(("embodied", f"peft (actor.model.model_type: {model_type})"))
+        if model_type in ("pi0", "pi05"):
+            out.append(("math", f"transformers (actor.model.model_type: {model_type})"))
+            out.append(("embodied", f"sentencepiece (actor.model.model_type: {model_type})"))
+        return out
 
     def prepare(self, raw: Any) -> EmbodiedStart:
         return prepare_embodied(raw)

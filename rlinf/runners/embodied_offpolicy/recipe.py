@@ -29,6 +29,29 @@ class OffPolicyRecipe(Recipe):
     config_cls = OffPolicyEmbodiedConfig
     summary_metric = "success_rate"
     summary_label = "eval success rate"
+    task_type = "embodied"
+    reference_order = 30  # last: its own algorithm and runner sections
+    reference_suffix = "(off-policy embodied)"
+
+    def claims(self, raw) -> bool:
+        """``runner.task_type: embodied`` with ``algorithm.loss_type`` / ``adv_type:
+        embodied_sac`` (RLinf's switch)."""
+        return super().claims(raw) and offpolicy_requested(raw)
+
+    def memory_estimate(self, cfg, plan, capacity, start=None):
+        """The embodied figures plus the replay buffer (and the demonstrations) in the actor
+        process (:func:`~rlinf.runners.embodied_offpolicy.memory.buffer_items`)."""
+        from rlinf.runners.embodied_offpolicy.memory import buffer_items
+        from rlinf.runners.memory_check import with_items
+
+        est = EMBODIED_RECIPE.memory_estimate(cfg, plan, capacity, start)
+        items, notes = buffer_items(cfg, start)
+        est = with_items(est, {"actor": items})
+        return type(est)(est.components, (*est.notes, *notes))
+
+    def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
+        """The embodied run's (its simulators and policies)."""
+        return EMBODIED_RECIPE.needed_extras(raw)
 
     def prepare(self, raw: Any) -> OffPolicyStart:
         return prepare_offpolicy(raw)
@@ -48,23 +71,6 @@ class OffPolicyRecipe(Recipe):
                 f"logs in {cfg.runner.logger.log_path}",
                 f"groups {cfg.env.group_name} (env), {cfg.rollout.group_name} (rollout), {cfg.actor.group_name} "
                 f"(actor); links: {link_labels(cfg)}"]
-
-    def memory_items(self, start: OffPolicyStart) -> dict[str, tuple]:
-        """The replay buffer (and the demonstrations) in the actor process: preallocated, sized by
-        ``replay_buffer.capacity`` and the probed observation size."""
-        from rlinf.data.replay_buffer import transition_bytes
-        from rlinf.scheduler.memory import MemoryItem
-
-        spec = start.obs_specs["train"]
-        obs_dim, action_dim = spec.state_dim, int(start.cfg.actor.model.policy.action_dim)
-        row = transition_bytes(obs_dim, action_dim)
-        cap = start.cfg.algorithm.replay_buffer.capacity
-        items = [MemoryItem("replay buffer", cap * row, where="host",
-                            note=f"{cap} transitions x {row} B ({obs_dim}-number states)")]
-        if start.demos is not None:
-            n = int(start.demos["reward"].shape[0])
-            items.append(MemoryItem("demonstrations", n * row, where="host", note=f"{n} transitions x {row} B"))
-        return {"actor": tuple(items)}
 
     def recovery(self, raw: dict):
         from rlinf.config.embodied_offpolicy import OffPolicyRunnerConfig

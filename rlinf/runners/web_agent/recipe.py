@@ -44,6 +44,23 @@ class WebRecipe(Recipe):
     config_cls = WebAgentConfig
     summary_metric = "success_rate"
     summary_label = "held-out success rate"
+    layout_hint = "WebGym's layout (sections env_config / policy_config)"
+    reference_page = "web"  # WebGym's keys: a page of their own
+    reference_order = 0
+
+    def claims(self, raw) -> bool:
+        """WebGym's layout, recognised by its sections (it has no ``runner.task_type``)."""
+        return "env_config" in raw or "policy_config" in raw
+
+    def memory_estimate(self, cfg, plan, capacity, start=None):
+        """Browsers, rollout and actor (:func:`~rlinf.runners.web_agent.memory.web_memory`)."""
+        from rlinf.runners.web_agent.memory import web_memory
+
+        return web_memory(cfg, plan, capacity, capacity.kind == "gpu")
+
+    def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
+        """``math`` (the policy's transformers) and ``web`` (Playwright)."""
+        return [("math", "transformers and math-verify"), ("web", "Playwright (the web agent's browser driver)")]
 
     def prepare(self, raw: Any) -> WebStart:
         return prepare_web(raw)
@@ -91,7 +108,8 @@ class WebRecipe(Recipe):
         runner = parse_section(WebRunnerConfig, raw.get("runner"), "runner")
         save_path = raw.get("save_path")
         folder = os.path.join(str(save_path), "checkpoints") if isinstance(save_path, str) else ""
-        return Recovery(runner.recover_mode, runner.recover_retries, folder)
+        return Recovery(runner.recover_mode, runner.recover_retries, folder,
+                        resume_unverified=runner.resume_unverified)
 
     def with_resume(self, raw: dict, checkpoint: str | None) -> dict:
         """``runner.resume: auto``: the run continues from ``save_path`` (its latest complete
