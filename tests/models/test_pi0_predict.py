@@ -85,3 +85,17 @@ def test_bad_inputs_exit_2_with_one_line(files, capsys, tmp_path):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], (extra, err)
         assert out == ""
+
+
+def test_a_state_shorter_than_the_statistics_is_refused_naming_both_lengths(files, capsys):
+    """Before: 7 values for 8-dim statistics were normalised with the first 7 and printed actions
+    (exit 0); only a longer state was refused."""
+    base = ["--model-path", str(files["pi0"]), "--model-type", "pi0", "--image", str(files["png"]),
+            "--instruction", "x", "--num-steps", "1"]
+    code, out, err = _run(capsys, *base, "--state", STATE.rsplit(",", 1)[0])
+    where = files["pi0"] / "assets" / "tiny" / "robot" / "norm_stats.json"
+    assert (code, out) == (2, "")
+    assert err.strip().splitlines() == [f"error: --state: the state has 7 values; the checkpoint's state statistics "
+                                        f"({where}) have 8"]
+    code, out, err = _run(capsys, *base, "--state", STATE, "--json")
+    assert code == 0 and np.array(json.loads(out)).shape == (5, 7), err

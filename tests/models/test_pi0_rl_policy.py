@@ -303,8 +303,11 @@ def test_factory_refusals_name_the_key_before_any_weight_is_read(folders, tmp_pa
                                                                    action_high=(1.0,) * 7))
     _refused(_cfg(pi0), "num_images_in_input", spec=ObsSpec(state_dim=8, image_shape=(24, 24, 3),
                                                             action_low=(-1.0,) * 7, action_high=(1.0,) * 7))
-    _refused(_cfg(pi0), "model_path", "29 state values", spec=ObsSpec(
-        state_dim=29, image_shape=(24, 24, 3), has_wrist=True, action_low=(-1.0,) * 7, action_high=(1.0,) * 7))
+    for width in (29, 7):  # longer or shorter than the statistics (8): both lengths named
+        _refused(_cfg(pi0), "model_path", f"the env gives {width} state values; the checkpoint's state statistics "
+                 f"({pi0 / TINY_ASSET_ID / 'norm_stats.json'}) have 8", spec=ObsSpec(
+                     state_dim=width, image_shape=(24, 24, 3), has_wrist=True, action_low=(-1.0,) * 7,
+                     action_high=(1.0,) * 7))
     _refused({"model_type": "pi0"}, "model_path")
     _refused({"model_type": "mlp", "action_dim": 7, "value_after_vlm": True}, "value_after_vlm", "pi0, pi05",
              spec=ObsSpec(state_dim=3, action_low=(-1.0,) * 7, action_high=(1.0,) * 7))
@@ -320,3 +323,38 @@ def test_a_stored_value_head_that_reads_the_other_stream_is_refused(folders, tmp
         build_policy(_cfg(folder, value_after_vlm=True), SPEC)  # the stored head reads the expert's 16
     assert err.value.key == "actor.model.value_after_vlm"
     assert json.loads((folder / "config.json").read_text())["action_horizon"] == 4
+
+
+def _toy_run(folder, out) -> dict:
+    """An embodied config on the toy env (4 state values, one 16 px camera) with a π0 policy."""
+    toy = {"env_type": "toy", "total_num_envs": 2, "use_fixed_reset_state_ids": True, "group_size": 2,
+           "init_params": {"camera_heights": 16, "camera_widths": 16}}
+    return {"cluster": {"num_nodes": 1, "accelerators_per_node": 1, "backend": "local",
+                        "component_placement": {"env,rollout,actor": "all"}},
+            "runner": {"task_type": "embodied", "output_dir": str(out)},
+            "algorithm": {"adv_type": "grpo", "group_size": 2}, "env": {"train": toy, "eval": toy},
+            "actor": {"model": {"model_type": "pi0", "model_path": str(folder), "action_dim": 2,
+                                "num_action_chunks": 2, "unnorm_key": TINY_ASSET_ID},
+                      "micro_batch_size": 5, "global_batch_size": 10}}
+
+
+def test_the_preflight_refuses_a_simulator_state_of_another_width_before_ray(folders, tmp_path, monkeypatch):
+    """The toy env's probe (in this process) gives 4 state values; the folder's statistics hold 8:
+    one line naming both, before Ray. The same folder with 4-wide state statistics passes."""
+    import ray
+
+    from rlinf.models.embodied.pi0.tiny import tiny_stats
+    from rlinf.runners.embodied.preflight import prepare_embodied
+
+    monkeypatch.setattr(ray, "init", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ray.init")))
+    with pytest.raises(ConfigError) as err:
+        prepare_embodied(_toy_run(folders["pi0"], tmp_path / "out"))
+    where = folders["pi0"] / TINY_ASSET_ID / "norm_stats.json"
+    assert str(err.value) == (f"actor.model.model_path: env.train (toy) gives 4 state values; the checkpoint's "
+                              f"state statistics ({where}) have 8")
+    fits = tmp_path / "state4"
+    shutil.copytree(folders["pi0"], fits)
+    (fits / TINY_ASSET_ID / "norm_stats.json").write_text(json.dumps({"norm_stats": tiny_stats(7, 4)}))
+    start = prepare_embodied(_toy_run(fits, tmp_path / "out"))
+    assert start.obs_specs["train"].state_dim == 4 and start.obs_specs["eval"].state_dim == 4
+    assert not (tmp_path / "out").exists()

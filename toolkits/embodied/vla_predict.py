@@ -10,7 +10,8 @@ Defaults follow OpenVLA: A = 7, K = 1.
 π0 / π0.5 (``--model-type pi0|pi05``; openpi, RLinf or LeRobot folder, see
 ``docs/pi0_checkpoints.md``): ``--num-steps`` Euler steps from the initial noise of ``--seed``,
 un-normalised with the statistics of ``--unnorm-key`` (the asset id); ``--image`` fills the first
-camera slot, ``--wrist-image`` the second; ``--state`` is the raw robot state. The chunk has the
+camera slot, ``--wrist-image`` the second; ``--state`` is the raw robot state, as many values as the
+checkpoint's state statistics hold (another length is refused naming both). The chunk has the
 checkpoint's ``H`` actions (``--num-action-chunks K`` keeps the first K) of the statistics' width.
 
 Usage:

@@ -145,12 +145,13 @@ def check_fits(cfg: ActorModelConfig, plan, obs: ObsSpec, env_label: str = "the 
                    f"{obs.state_dim}")
     if reads_state:
         width = plan.spec.action_dim if plan.spec.pi05 else plan.spec.state_dim
-        known = plan.stats.state
-        if known is not None and (known.get("mean") or known.get("q01")):
-            width = min(width, len(known.get("mean") or known.get("q01")))
+        known = plan.stats.state_dim if plan.stats is not None else None
+        if known is not None and obs.state_dim != known:  # normalised with another robot's statistics
+            raise _err("model_path", f"{env_label} gives {obs.state_dim} state values; the checkpoint's state "
+                       f"statistics ({plan.stats.where}) have {known}")
         if obs.state_dim > width:
-            raise _err("model_path", f"{env_label} gives {obs.state_dim} state values; the checkpoint's statistics "
-                       f"({plan.stats.where}) normalise {width}")
+            raise _err("model_path", f"{env_label} gives {obs.state_dim} state values; the model reads at most "
+                       f"{width}")
 
 
 def build(cfg: ActorModelConfig, obs: ObsSpec, model_type: str):

@@ -78,15 +78,34 @@ class NormStats:
         """Raw action width (the statistics' length)."""
         return int(_vec(self.actions, "mean" if self.mode == "mean_std" else "q01", self.where).numel())
 
+    @property
+    def state_dim(self) -> int | None:
+        """Raw state width (the state statistics' length); None without state statistics.
+
+        >>> NormStats("mean_std", "openpi", {"mean": [0.0], "std": [1.0]},
+        ...           state={"mean": [0.0] * 3, "std": [1.0] * 3}).state_dim
+        3
+        """
+        if self.state is None:
+            return None
+        return int(_vec(self.state, "mean" if (self.state_mode or self.mode) == "mean_std" else "q01",
+                        self.where).numel())
+
     def normalize_state(self, state: torch.Tensor) -> torch.Tensor:
-        """Raw state ``[N, D]`` -> normalised (fp32); unchanged without state statistics."""
+        """Raw state ``[N, D]`` -> normalised (fp32); unchanged without state statistics.
+
+        Raises:
+            ValueError: ``D`` differs from the state statistics' length (both named): a state of
+                another robot, or cut short, would be normalised with the wrong values.
+        """
         if self.state is None:
             return state.float()
         x = state.double()
         d = x.shape[-1]
-        known = _vec(self.state, "mean" if (self.state_mode or self.mode) == "mean_std" else "q01", self.where).numel()
-        if d > known:
-            raise ValueError(f"the state has {d} values; the statistics ({self.where}) have {known}")
+        known = self.state_dim
+        if d != known:
+            raise ValueError(f"the state has {d} values; the checkpoint's state statistics ({self.where}) "
+                             f"have {known}")
         if (self.state_mode or self.mode) == "mean_std":
             mean, std = _vec(self.state, "mean", self.where)[:d], _vec(self.state, "std", self.where)[:d]
             out = (x - mean) / (std + (OPENPI_EPS if self.style == "openpi" else self.eps))

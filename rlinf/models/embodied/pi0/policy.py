@@ -111,10 +111,13 @@ class Pi0Policy(nn.Module):
             cameras: per camera slot ``[N, H, W, 3]`` uint8 images or None (absent), in the order
                 of :attr:`cameras`; fewer entries than slots leave the rest absent.
             instructions: ``N`` task strings.
-            states: ``[N, D]`` raw robot state (π0, and π0.5 with the state prompt), or None.
+            states: ``[N, D]`` raw robot state (π0, and π0.5 with the state prompt; π0.5 with π0's
+                prompt does not read it, so it is ignored there), or None.
 
         Raises:
-            ValueError: a missing state, a state wider than the model's, mismatched batch sizes.
+            ValueError: a missing state, a state whose length ``D`` differs from the checkpoint's
+                state statistics (both lengths named) or is wider than the model's, mismatched
+                batch sizes.
         """
         spec = self.model.spec
         images, masks = camera_batch(list(cameras), len(self.cameras), spec.vision.image_size)
@@ -125,7 +128,7 @@ class Pi0Policy(nn.Module):
         width = spec.state_dim if not spec.pi05 else spec.action_dim
         padded = torch.zeros(n, width)
         bins = None
-        if states is not None:
+        if states is not None and needs_state:
             raw = torch.as_tensor(states, dtype=torch.float32).reshape(n, -1)
             norm = self.stats.normalize_state(raw) if self.stats is not None else raw
             if norm.shape[1] > width:
