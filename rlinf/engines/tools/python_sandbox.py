@@ -287,7 +287,7 @@ class PythonTool(Tool):
         processes = o.max_processes + _OVERHEAD[(limiter, mode)] if limiter == "rlimit" else 0
         return {"code": code, "replay": replay, "mode": mode, "work": work,
                 "root": os.path.join(os.path.dirname(work), "root"),
-                "mounts": list(self._mounts().ops) if mode != "none" else [],
+                "mounts": list(self._mounts().ops) if mode == "unshare" else [],  # bwrap gets them as flags
                 "dir_bytes": o.private_dir_mb << 20, "ro_method": _RO_METHOD,
                 "limits": {"memory_bytes": o.memory_mb << 20, "cpu_s": o.cpu_seconds,
                            "file_bytes": o.max_file_mb << 20, "processes": processes}}

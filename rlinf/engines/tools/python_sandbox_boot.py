@@ -148,7 +148,7 @@ def private_mounts(job):
     for op in job["mounts"]:
         dest = root + op[-1]
         if op[0] == "hide":
-            libc.mount("tmpfs", dest, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=755")
+            libc.mount("tmpfs", dest, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
         elif op[0] == "symlink":
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             os.symlink(op[1], dest)
