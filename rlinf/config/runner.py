@@ -39,6 +39,9 @@ class RunnerConfig:
         save_interval: steps between checkpoints; -1 disables.
         seq_length: prompt + response tokens fed to the models.
         resume_dir: checkpoint folder to resume from.
+        resume_unverified: load a checkpoint that has no manifest.json (saved before checkpoints
+            carried one) or holds files its manifest does not list; false (the default) refuses
+            it before Ray, naming the file. Said in a start-up note when used (our key).
         experiment_name: run name (also used in output paths).
         output_dir: where checkpoints, logs and exports go.
         enable_dynamic_batch_size: pack micro-batches by token budget.
@@ -71,6 +74,7 @@ class RunnerConfig:
     save_interval: int = -1
     seq_length: int = 2048
     resume_dir: str | None = None
+    resume_unverified: bool = False
     experiment_name: str = "default"
     output_dir: str = "results"
     enable_dynamic_batch_size: bool = False

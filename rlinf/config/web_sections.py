@@ -204,6 +204,9 @@ class WebRunnerConfig:
         resume: ``auto`` = continue from what save_path holds (finished iterations' trajectories
             and checkpoints, a batch's incremental saves); null = start afresh (an existing
             save_path with saved iterations is then refused by the runner).
+        resume_unverified: continue from a checkpoint that has no manifest.json (saved before
+            checkpoints carried one) or holds files its manifest does not list; false (the
+            default) refuses it before Ray, naming the file. Said in a start-up note when used.
         max_minutes: stop (after saving) once this many minutes have passed; null = no limit.
         recover_mode: disabled, auto, fault or resume (as in math and embodied runs, AReaL's
             key): ``resume`` continues from the latest complete checkpoint of ``save_path``
@@ -221,6 +224,7 @@ class WebRunnerConfig:
     test_interval: int = 1
     seed: int | None = None
     resume: Literal["auto"] | None = None
+    resume_unverified: bool = False
     max_minutes: float | None = None
     recover_mode: Literal["disabled", "auto", "fault", "resume"] = "disabled"
     recover_retries: int = 3

@@ -20,7 +20,12 @@ checkpoint, its folder and the free space of its mount.
 ``runner.resume_dir`` may name a ``global_step_<N>`` folder or the ``checkpoints`` folder (then the
 latest complete step is taken). A checkpoint counts as complete once ``trainer_state.json`` exists;
 :func:`resume_point` also checks the manifest (before Ray): a missing, truncated or altered file is
-refused naming it. A checkpoint saved before manifests existed is accepted with a warning line.
+refused naming it. Every resume (``runner.resume_dir``, ``recover_mode``, the web run's
+``runner.resume: auto``, and each runner's ``load_checkpoint``) goes through
+:func:`check_checkpoint`, which also refuses a checkpoint without ``manifest.json`` (saved before
+manifests existed) or holding a file its manifest does not list, naming the file and
+``runner.resume_unverified``; with ``runner.resume_unverified: true`` it is loaded, said in one
+start-up note.
 
 Example:
     >>> import tempfile, os
@@ -39,10 +44,9 @@ import json
 import os
 import re
 import shutil
-import sys
 from collections.abc import Callable
 
-from rlinf.runners.manifest import DamagedCheckpoint, verify_manifest, write_manifest
+from rlinf.runners.manifest import DamagedCheckpoint, UnverifiedCheckpoint, verify_checkpoint, write_manifest
 from rlinf.utils.typed_config import ConfigError
 
 STATE_FILE = "trainer_state.json"
@@ -227,43 +231,74 @@ def resolve_resume_dir(path: str) -> str:
     return steps[0][1]
 
 
-def resume_point(path: str, warn: Callable[[str], None] | None = None) -> tuple[str, int]:
+def resume_point(path: str, resume_unverified: bool = False,
+                 warn: Callable[[str], None] | None = None) -> tuple[str, int]:
     """``(global_step_<N> folder, its step)`` of ``runner.resume_dir``, checked from the file
-    system alone (before any worker starts): a missing folder, no complete checkpoint, a
-    ``trainer_state.json`` that is not valid JSON or has no integer ``step``, no ``actor/``
-    folder beside it, or a file its manifest lists missing, truncated or altered raise
-    :class:`ConfigError` naming ``runner.resume_dir``. A checkpoint without a manifest (saved
-    before manifests existed) is accepted; ``warn`` (default: a line on stderr) is told."""
+    system alone (before any worker starts) by :func:`check_checkpoint`: a missing folder, no
+    complete checkpoint, a ``trainer_state.json`` that is not valid JSON or has no integer
+    ``step``, no ``actor/`` folder beside it, or a file its manifest lists missing, truncated or
+    altered raise :class:`ConfigError` naming ``runner.resume_dir``; so does a checkpoint without
+    a manifest or with a file it does not list, unless ``resume_unverified``
+    (``runner.resume_unverified``); ``warn`` (default: print) then gets the start-up note."""
     step_dir = resolve_resume_dir(path)
-    return step_dir, check_checkpoint(step_dir, warn)
+    return step_dir, check_checkpoint(step_dir, resume_unverified, warn)
 
 
 _WARNED: set[str] = set()
 #: how a refusal of a damaged checkpoint ends
 DAMAGED_HINT = "the checkpoint is damaged: resume from an earlier one"
+#: the key that loads a checkpoint its manifest does not vouch for
+UNVERIFIED_KEY = "runner.resume_unverified"
 
 
-def check_checkpoint(step_dir: str, warn: Callable[[str], None] | None = None) -> int:
-    """The step of complete checkpoint ``step_dir`` after the checks of :func:`resume_point`."""
+class UnverifiedCheckpointError(ConfigError):
+    """A resume refused because no manifest vouches for a file of the checkpoint (see
+    :func:`check_checkpoint`); unlike a damaged checkpoint, ``recover_mode`` does not skip it for
+    an earlier one (an older run's checkpoints would all be skipped and the run start afresh)."""
+
+
+def check_checkpoint(step_dir: str, resume_unverified: bool = False, warn: Callable[[str], None] | None = None,
+                     key: str = "runner.resume_dir") -> int:
+    """The step of complete checkpoint ``step_dir``: the one check every resume makes.
+
+    ``trainer_state.json`` readable with an integer ``step``, an ``actor/`` folder, and
+    :func:`~rlinf.runners.manifest.verify_checkpoint`: a file the manifest lists missing,
+    truncated or altered raises :class:`ConfigError` on ``key``; no ``manifest.json``, or a file
+    it does not list (its bookkeeping, ``manifest.json`` and ``trainer_state.json`` at the top,
+    aside), raises :class:`UnverifiedCheckpointError` on ``key`` naming the file and
+    ``runner.resume_unverified`` unless ``resume_unverified`` is true; then ``warn`` (default:
+    print) gets one start-up note per folder and process.
+
+    Example:
+        >>> import tempfile
+        >>> step_dir = os.path.join(tempfile.mkdtemp(), "global_step_2"); os.makedirs(f"{step_dir}/actor")
+        >>> write_trainer_state(step_dir, {"step": 2})
+        >>> check_checkpoint(step_dir)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        rlinf.runners.checkpoint.UnverifiedCheckpointError: runner.resume_dir: .../global_step_2/manifest.json is missing: ...; set runner.resume_unverified: true to load it anyway
+        >>> check_checkpoint(step_dir, resume_unverified=True, warn=lambda line: None)
+        2
+    """  # noqa: E501 - a doctest's expected output is one line
     state_file = os.path.join(step_dir, STATE_FILE)
     damaged = DAMAGED_HINT
     try:
         state = read_trainer_state(step_dir)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError("runner.resume_dir", f"{state_file} is not valid JSON ({exc}); {damaged}") from None
+        raise ConfigError(key, f"{state_file} is not valid JSON ({exc}); {damaged}") from None
     step = state.get("step") if isinstance(state, dict) else None
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ConfigError("runner.resume_dir", f"{state_file} has no step count (expected an integer "
-                                               f"'step' >= 0, found {step!r})")
+        raise ConfigError(key, f"{state_file} has no step count (expected an integer 'step' >= 0, found {step!r})")
     if not os.path.isdir(os.path.join(step_dir, "actor")):
-        raise ConfigError("runner.resume_dir", f"{step_dir!r} has {STATE_FILE} but no actor/ folder: {damaged}")
+        raise ConfigError(key, f"{step_dir!r} has {STATE_FILE} but no actor/ folder: {damaged}")
     try:
-        checked = verify_manifest(step_dir)
+        verify_checkpoint(step_dir)
     except DamagedCheckpoint as exc:
-        raise ConfigError("runner.resume_dir", f"{exc}; {damaged}") from None
-    if checked is None and step_dir not in _WARNED:
-        _WARNED.add(step_dir)
-        line = (f"warning: runner.resume_dir: {step_dir} has no manifest.json (saved before checkpoints "
-                "carried one): its files are not verified")
-        (warn or (lambda text: print(text, file=sys.stderr)))(line)
+        raise ConfigError(key, f"{exc}; {damaged}") from None
+    except UnverifiedCheckpoint as exc:
+        if not resume_unverified:
+            raise UnverifiedCheckpointError(key, f"{exc}; set {UNVERIFIED_KEY}: true to load it anyway") from None
+        if step_dir not in _WARNED:
+            _WARNED.add(step_dir)
+            (warn or print)(f"[rlinf] note: {UNVERIFIED_KEY}: true: loading {step_dir} unverified ({exc})")
     return step

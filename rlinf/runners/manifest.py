@@ -7,13 +7,22 @@ shards, the driver's extras) and before ``trainer_state.json``, which stays the 
     {"format": "rlinf-checkpoint-manifest-1", "algorithm": "sha256",
      "files": {"actor/__0_0.distcp": {"size": 1234, "sha256": "9f86d0..."}, ...}}
 
-Paths are relative to the checkpoint folder, with ``/``. ``trainer_state.json`` (written after)
-and the manifest itself are not listed; files that are not listed are ignored. Hashing reads the
-files back right after they were written (they are in the page cache) on several threads
-(``hashlib`` releases the GIL), so the cost is the SHA-256 throughput of the driver's cores.
+Paths are relative to the checkpoint folder, with ``/``. The manifest's own bookkeeping is not
+listed: ``manifest.json`` itself and ``trainer_state.json`` (written after it), both at the top of
+the folder (:data:`NOT_LISTED`). Hashing reads the files back right after they were written (they
+are in the page cache) on several threads (``hashlib`` releases the GIL), so the cost is the
+SHA-256 throughput of the driver's cores.
 
-The manifest detects damage (a copy cut short, a bad disk, a file edited by mistake); it is not a
-signature: whoever can write the checkpoint can write a matching manifest.
+:func:`verify_checkpoint` is what a resume runs: :func:`verify_manifest` (every listed file
+present, of its size and SHA-256: else :class:`DamagedCheckpoint`), then a folder without a
+manifest or holding a file the manifest does not list (any other name, at any depth, a link to a
+folder included) raises :class:`UnverifiedCheckpoint` naming it: nothing is loaded that the
+manifest does not vouch for (``runner.resume_unverified: true`` accepts it, see
+:func:`rlinf.runners.checkpoint.check_checkpoint`).
+
+The manifest detects damage (a copy cut short, a bad disk, a file edited by mistake) and files
+added beside the saved ones; it is not a signature: whoever can write the checkpoint can write a
+matching manifest.
 
 Example:
     >>> import os, tempfile
@@ -26,6 +35,11 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.runners.manifest.DamagedCheckpoint: .../actor/w.bin does not match its SHA-256 in manifest.json (altered)
+    >>> _ = write_manifest(d); _ = open(f"{d}/actor/extra.pt", "wb").write(b"?")
+    >>> verify_checkpoint(d)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    rlinf.runners.manifest.UnverifiedCheckpoint: .../actor/extra.pt is not listed in manifest.json
 """
 
 from __future__ import annotations
@@ -50,6 +64,19 @@ class DamagedCheckpoint(ValueError):
 
     Attributes:
         path: the damaged file.
+    """
+
+    def __init__(self, path: str, problem: str):
+        self.path = path
+        super().__init__(f"{path} {problem}")
+
+
+class UnverifiedCheckpoint(ValueError):
+    """A checkpoint holds what no manifest vouches for: it has no ``manifest.json`` (saved before
+    checkpoints carried one, or not by rlinf), or a file its manifest does not list.
+
+    Attributes:
+        path: the missing manifest or the first unlisted file.
     """
 
     def __init__(self, path: str, problem: str):
@@ -156,3 +183,38 @@ def verify_manifest(folder: str) -> int | None:
         pool.shutdown(wait=True, cancel_futures=True)
     _VERIFIED[os.path.abspath(folder)] = listing
     return len(files)
+
+
+def unlisted_files(folder: str, listed) -> list[str]:
+    """What ``folder`` holds beyond the names in ``listed`` and :data:`NOT_LISTED`: files (relative,
+    ``/``-separated) and links to folders (which :func:`list_files` does not enter), sorted."""
+    out = [name for name in list_files(folder) if name not in listed]
+    for root, dirs, _ in os.walk(folder):
+        for name in dirs:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                out.append(os.path.relpath(path, folder).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def verify_checkpoint(folder: str) -> int:
+    """The check a resume makes: :func:`verify_manifest`, then nothing beyond what the manifest
+    lists (its bookkeeping, :data:`NOT_LISTED`, aside); returns how many files were checked.
+
+    Raises:
+        DamagedCheckpoint: a listed file is missing, truncated or altered, or the manifest is
+            unreadable.
+        UnverifiedCheckpoint: there is no manifest (naming ``manifest.json``), or a file it does
+            not list (naming the first, and how many more).
+    """
+    checked = verify_manifest(folder)
+    if checked is None:
+        raise UnverifiedCheckpoint(os.path.join(folder, MANIFEST_FILE),
+                                   "is missing: the checkpoint's files cannot be verified (saved before "
+                                   "checkpoints carried a manifest, or not by rlinf)")
+    extra = unlisted_files(folder, read_manifest(folder) or {})
+    if extra:
+        more = f" (and {len(extra) - 1} more unlisted)" if len(extra) > 1 else ""
+        raise UnverifiedCheckpoint(os.path.join(folder, *extra[0].split("/")),
+                                   f"is not listed in {MANIFEST_FILE}{more}")
+    return checked

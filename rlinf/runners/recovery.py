@@ -14,7 +14,10 @@ A checkpoint counts only once its ``trainer_state.json`` is written (last) and i
 into place, so a checkpoint cut short by the failure is never loaded. Every automatic resume
 checks the checkpoint's manifest first (before any worker starts): a damaged latest checkpoint (a file missing,
 truncated or altered) is skipped for the previous one that checks out, said in one line. A
-``runner.resume_dir`` named by hand is never replaced: a damaged one is refused.
+checkpoint no manifest vouches for (none, or a file it does not list) is refused, naming the file
+and ``runner.resume_unverified``, rather than skipped (skipping would start an older run's folder
+afresh); ``runner.resume_unverified: true`` loads it. A ``runner.resume_dir`` named by hand is
+never replaced: a damaged one is refused.
 
 Resuming truncates ``metrics.jsonl`` and tensorboard after the checkpointed step, so the metrics
 continue from there without duplicates. Checkpoints can also be taken by wall time
@@ -52,12 +55,15 @@ class Recovery:
         retries: restarts allowed after failures.
         checkpoints: the folder holding this run's ``global_step_<N>`` checkpoints.
         explicit_resume: the user named a checkpoint to resume from (it wins over auto).
+        resume_unverified: ``runner.resume_unverified``: load a checkpoint without a manifest
+            or with files it does not list (see :func:`~rlinf.runners.checkpoint.check_checkpoint`).
     """
 
     mode: str
     retries: int
     checkpoints: str
     explicit_resume: bool = False
+    resume_unverified: bool = False
 
 
 def _plain(raw: Any) -> dict:
@@ -76,24 +82,33 @@ def runner_recovery(raw: dict, runner_cls: type | None = None) -> Recovery:
     runner = parse_section(runner_cls or RunnerConfig, raw.get("runner"), "runner")
     return Recovery(runner.recover_mode, runner.recover_retries,
                     os.path.join(runner.output_dir, runner.experiment_name, "checkpoints"),
-                    explicit_resume=bool(runner.resume_dir))
+                    explicit_resume=bool(runner.resume_dir), resume_unverified=runner.resume_unverified)
 
 
 def latest_checkpoint(folder: str, say: Callable[[str], None] | None = None,
-                      label: str = "recover_mode") -> str | None:
+                      label: str = "recover_mode", resume_unverified: bool = False,
+                      key: str = "runner.recover_mode") -> str | None:
     """The latest complete checkpoint under ``folder`` that passes its checks
     (:func:`~rlinf.runners.checkpoint.check_checkpoint`: trainer state, manifest), or None. Damaged
     ones are skipped for the one before; ``say`` gets one line about them (once per damaged folder
-    and process, so the checks of a later attempt stay quiet), starting with ``[rlinf] <label>:``."""
+    and process, so the checks of a later attempt stay quiet), starting with ``[rlinf] <label>:``.
+
+    Raises:
+        UnverifiedCheckpointError: on ``key``: the latest complete checkpoint has no manifest or a
+            file it does not list, and not ``resume_unverified`` (the start-up note then goes to
+            ``say``).
+    """
     if not os.path.isdir(folder):
         return None
     skipped = []
     found = None
     for _, step_dir in ckpt.complete_steps(folder):
         try:
-            ckpt.check_checkpoint(step_dir)
+            ckpt.check_checkpoint(step_dir, resume_unverified, say, key=key)
+        except ckpt.UnverifiedCheckpointError:
+            raise
         except ConfigError as exc:
-            why = str(exc).removeprefix("runner.resume_dir: ")
+            why = str(exc).removeprefix(f"{key}: ")
             skipped.append((step_dir, why.replace(f"; {ckpt.DAMAGED_HINT}", "").replace(f": {ckpt.DAMAGED_HINT}", "")))
             continue
         found = step_dir
@@ -128,7 +143,7 @@ def run_with_recovery(recipe, raw: Any, run_once: Callable[[dict], dict], print_
     if mode == "disabled":
         return run_once(plain)
     if mode in ("auto", "resume") and not rec.explicit_resume:
-        found = latest_checkpoint(rec.checkpoints, print_fn, f"recover_mode {mode}")
+        found = latest_checkpoint(rec.checkpoints, print_fn, f"recover_mode {mode}", rec.resume_unverified)
         if found is None and mode == "resume":
             raise ConfigError("runner.recover_mode", f"resume: no complete checkpoint in {rec.checkpoints}")
         if found is not None:
@@ -144,7 +159,7 @@ def run_with_recovery(recipe, raw: Any, run_once: Callable[[dict], dict], print_
             if mode not in ("auto", "fault") or attempts >= rec.retries:
                 raise
             attempts += 1
-            found = latest_checkpoint(rec.checkpoints, print_fn, f"recover_mode {mode}")
+            found = latest_checkpoint(rec.checkpoints, print_fn, f"recover_mode {mode}", rec.resume_unverified)
             where = f"from {found}" if found else "from the start (no complete checkpoint yet)"
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             print_fn(f"[rlinf] recover_mode {mode}: {first}; restarting {where} "

@@ -81,6 +81,8 @@ CONSUMERS = {
     "data.num_workers": ("rlinf/runners/math/preflight.py", "num_workers=d.num_workers"),
     "data.validation_shuffle": ("rlinf/runners/math/preflight.py", "shuffle=d.validation_shuffle"),
     "runner.max_prompt_length": ("rlinf/runners/embodied/loop.py", "cfg.runner.max_prompt_length"),
+    # every recipe's resume checks (the web recipe's: rlinf/runners/web_agent/preflight.py)
+    "runner.resume_unverified": ("rlinf/runners/preflight.py", "resume_unverified=runner.resume_unverified"),
     "rollout.enable_offload": ("rlinf/runners/math/pipeline.py", "cfg.rollout.enable_offload"),
     "actor.model.low_cpu_mem_usage": ("rlinf/engines/training/fsdp.py", "cfg.model.low_cpu_mem_usage"),
     "actor.model.val_micro_batch_size": ("rlinf/workers/rollout/policy_worker.py", "model.val_micro_batch_size"),

@@ -1,8 +1,10 @@
 """Checkpoints that prove themselves: every ``global_step_<N>`` folder carries a manifest (size and
 SHA-256 of each file) that a resume checks before any worker starts; a missing, truncated or
 altered file is refused naming it, and ``recover_mode`` falls back to the previous checkpoint that
-checks out; a full disk during a save (in the driver or in a worker's DCP write) removes the partial
-folder, leaves the earlier checkpoints whole and ends the run with one line.
+checks out; a checkpoint without a manifest or with a file it does not list (its bookkeeping
+aside) is refused naming the file and ``runner.resume_unverified``, which loads it; a full disk
+during a save (in the driver or in a worker's DCP write) removes the partial folder, leaves the
+earlier checkpoints whole and ends the run with one line.
 
 The whole-run tests share one ``cluster.backend: local`` run of the toy embodied config (three
 steps, a checkpoint after each, the third save hitting ENOSPC in the worker's DCP writer)."""
@@ -81,22 +83,75 @@ def test_a_damaged_file_is_refused_naming_it(tmp_path, damage, problem):
                               "earlier one")
 
 
-def test_a_checkpoint_saved_before_manifests_is_accepted_with_a_warning(tmp_path):
-    step_dir = tmp_path / "global_step_4"
+def _pre_manifest(root: Path, step: int = 4) -> Path:
+    """A checkpoint as saved before manifests existed: actor files and trainer_state.json only."""
+    step_dir = root / f"global_step_{step}"
     (step_dir / "actor").mkdir(parents=True)
-    (step_dir / "trainer_state.json").write_text('{"step": 4}')
+    (step_dir / "actor" / "__0_0.distcp").write_bytes(b"w" * 64)
+    (step_dir / "trainer_state.json").write_text(json.dumps({"step": step}))
+    return step_dir
+
+
+def test_a_checkpoint_without_a_manifest_is_refused_naming_it_and_the_key_that_loads_it(tmp_path):
+    step_dir = _pre_manifest(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        ckpt.resume_point(str(tmp_path))
+    assert str(err.value) == (f"runner.resume_dir: {step_dir / 'manifest.json'} is missing: the checkpoint's files "
+                              "cannot be verified (saved before checkpoints carried a manifest, or not by rlinf); "
+                              "set runner.resume_unverified: true to load it anyway")
+    lines = []  # runner.resume_unverified: true loads it, said in one start-up note (once per folder)
+    assert ckpt.resume_point(str(tmp_path), resume_unverified=True, warn=lines.append) == (str(step_dir), 4)
+    assert ckpt.resume_point(str(step_dir), resume_unverified=True, warn=lines.append) == (str(step_dir), 4)
+    assert lines == [f"[rlinf] note: runner.resume_unverified: true: loading {step_dir} unverified "
+                     f"({step_dir / 'manifest.json'} is missing: the checkpoint's files cannot be verified (saved "
+                     "before checkpoints carried a manifest, or not by rlinf))"]
+
+
+def test_a_file_the_manifest_does_not_list_is_refused_naming_it(tmp_path):
+    _, second = _two_checkpoints(tmp_path)
+    planted = Path(second, "actor", "extra_rank0.pt")
+    planted.write_bytes(b"not saved by the run")
+    with pytest.raises(ConfigError) as err:
+        ckpt.resume_point(second)
+    assert str(err.value) == (f"runner.resume_dir: {planted} is not listed in manifest.json; set "
+                              "runner.resume_unverified: true to load it anyway")
+    Path(second, "notes.txt").write_text("x")  # a second one: the first named, the rest counted
+    with pytest.raises(ConfigError, match=r"extra_rank0.pt is not listed in manifest.json \(and 1 more unlisted\)"):
+        ckpt.resume_point(second)
     lines = []
-    assert ckpt.resume_point(str(tmp_path), warn=lines.append) == (str(step_dir), 4)
-    assert lines == [f"warning: runner.resume_dir: {step_dir} has no manifest.json (saved before checkpoints "
-                     "carried one): its files are not verified"]
+    assert ckpt.resume_point(second, resume_unverified=True, warn=lines.append) == (second, 2)
+    assert len(lines) == 1 and f"loading {second} unverified ({planted} is not listed" in lines[0]
+    # the key vouches for the unlisted files only: a listed file that changed is still refused
+    Path(second, "actor", ".metadata").write_bytes(b"mX")
+    with pytest.raises(ConfigError, match=r"\.metadata does not match its SHA-256 in manifest.json \(altered\)"):
+        ckpt.resume_point(second, resume_unverified=True)
+
+
+def test_the_manifests_own_bookkeeping_is_exempt_at_the_top_only(tmp_path):
+    """manifest.json and trainer_state.json (written after it) are not listed and not refused; the
+    same names deeper in the folder, or a link to a folder, are files like any other."""
+    _, second = _two_checkpoints(tmp_path)
+    assert sorted(os.listdir(second)) == ["actor", "manifest.json", "trainer_state.json"]
+    assert sorted(json.loads(Path(second, "manifest.json").read_text())["files"]) == [
+        "actor/.metadata", "actor/__0_0.distcp"]
+    assert ckpt.resume_point(second) == (second, 2)
+    nested = Path(second, "actor", "trainer_state.json")
+    nested.write_text('{"step": 2}')
+    with pytest.raises(ConfigError, match=f"{nested} is not listed in manifest.json"):
+        ckpt.resume_point(second)
+    nested.unlink()
+    link = Path(second, "actor", "shards")
+    link.symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(ConfigError, match=f"{link} is not listed in manifest.json"):
+        ckpt.resume_point(second)
 
 
 class _Recipe:
-    def __init__(self, folder: str, mode: str):
-        self.folder, self.mode = folder, mode
+    def __init__(self, folder: str, mode: str, resume_unverified: bool = False):
+        self.folder, self.mode, self.unverified = folder, mode, resume_unverified
 
     def recovery(self, raw):
-        return Recovery(self.mode, 0, self.folder)
+        return Recovery(self.mode, 0, self.folder, resume_unverified=self.unverified)
 
     def with_resume(self, raw, checkpoint):
         return {**raw, "resume": checkpoint}
@@ -115,6 +170,62 @@ def test_recover_mode_falls_back_to_the_previous_checkpoint_that_checks_out(tmp_
     Path(first, "actor", ".metadata").unlink()
     with pytest.raises(ConfigError, match="runner.recover_mode: resume: no complete checkpoint"):
         run_with_recovery(_Recipe(str(tmp_path), "resume"), {}, lambda raw: {}, lines.append)
+
+
+def test_recover_mode_refuses_an_unverified_latest_checkpoint_instead_of_skipping_it(tmp_path):
+    """Skipping it would pass over every checkpoint of a folder saved before manifests and start
+    the run afresh in it; the refusal names the file and the key, which loads it."""
+    first, _ = _two_checkpoints(tmp_path)
+    step_dir = _pre_manifest(tmp_path, 3)
+    runs, lines = [], []
+    with pytest.raises(ConfigError) as err:
+        run_with_recovery(_Recipe(str(tmp_path), "auto"), {}, lambda raw: runs.append(raw) or {}, lines.append)
+    assert str(err.value).startswith(f"runner.recover_mode: {step_dir / 'manifest.json'} is missing: ")
+    assert str(err.value).endswith("; set runner.resume_unverified: true to load it anyway") and runs == []
+    run_with_recovery(_Recipe(str(tmp_path), "auto", True), {}, lambda raw: runs.append(raw) or {}, lines.append)
+    assert runs == [{"resume": str(step_dir)}]
+    assert [line for line in lines if "note" in line] == [
+        f"[rlinf] note: runner.resume_unverified: true: loading {step_dir} unverified ({step_dir / 'manifest.json'} "
+        "is missing: the checkpoint's files cannot be verified (saved before checkpoints carried a manifest, or not by "
+        "rlinf))"]
+    shutil.rmtree(step_dir)  # the saved ones check out: no note, no refusal
+    runs.clear()
+    run_with_recovery(_Recipe(str(tmp_path), "resume"), {}, lambda raw: runs.append(raw) or {}, lines.append)
+    assert runs == [{"resume": str(Path(first).parent / "global_step_2")}]
+
+
+def test_the_web_runs_resume_checks_the_same_way(tmp_path):
+    """``runner.resume: auto`` of a web run (its latest checkpoint under save_path/checkpoints)."""
+    from types import SimpleNamespace
+
+    from rlinf.runners.web_agent.preflight import _resume_iteration
+
+    step_dir = _pre_manifest(tmp_path / "checkpoints", 2)
+
+    def cfg(unverified: bool):
+        runner = SimpleNamespace(continues=True, resume_unverified=unverified)
+        return SimpleNamespace(save_path=str(tmp_path), trains=True, runner=runner)
+
+    with pytest.raises(ConfigError) as err:
+        _resume_iteration(cfg(False))
+    assert str(err.value).startswith(f"runner.resume: {step_dir / 'manifest.json'} is missing: ")
+    assert "runner.resume_unverified: true" in str(err.value)
+    assert _resume_iteration(cfg(True)) == 2
+
+
+def test_the_pre_ray_check_of_every_runner_config_reads_the_key(tmp_path, capsys):
+    """check_run_folders: what the math, tool-agent, embodied and off-policy preflights run."""
+    from rlinf.config.runner import LoggerConfig, RunnerConfig
+    from rlinf.runners.preflight import check_run_folders
+
+    step_dir = _pre_manifest(tmp_path / "old")
+    runner = RunnerConfig(resume_dir=str(step_dir), output_dir=str(tmp_path / "out"),
+                          logger=LoggerConfig(log_path=str(tmp_path / "logs")))
+    with pytest.raises(ConfigError, match="manifest.json is missing: .*runner.resume_unverified: true"):
+        check_run_folders(runner)
+    capsys.readouterr()
+    assert check_run_folders(RunnerConfig(**{**runner.__dict__, "resume_unverified": True})) == 4
+    assert capsys.readouterr().out.startswith(f"[rlinf] note: runner.resume_unverified: true: loading {step_dir} ")
 
 
 def test_a_full_disk_in_the_driver_removes_the_partial_save_and_says_where(tmp_path, monkeypatch):
@@ -309,3 +420,24 @@ def test_damaged_checkpoints_of_a_run(full_disk_run, tmp_path, capsys):
     assert sorted(os.listdir(checkpoints)) == ["global_step_1", "global_step_2", "global_step_3"]
     for step in (1, 2, 3):
         assert ckpt.resume_point(str(checkpoints / f"global_step_{step}"))[1] == step
+
+
+def test_a_run_resuming_a_checkpoint_without_its_manifest_stops_with_one_line(full_disk_run, tmp_path, capsys):
+    """The entry's refusal before any worker starts: exit 2, one line naming manifest.json and the key."""
+    from rlinf.runners.embodied.recipe import EMBODIED_RECIPE
+    from rlinf.runners.entry import run_entry
+
+    out = tmp_path / "copy"
+    shutil.copytree(full_disk_run[0].parent, out)
+    step_dir = out / "toy-ppo-mlp" / "checkpoints" / "global_step_2"
+    (step_dir / "manifest.json").unlink()
+    metrics = (out / "toy-ppo-mlp" / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        run_entry(EMBODIED_RECIPE, _toy(out, f"++runner.resume_dir={step_dir}"), print_fn=lambda *_: None)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"config error: runner.resume_dir: {step_dir / 'manifest.json'} is missing: the checkpoint's files cannot be "
+        "verified (saved before checkpoints carried a manifest, or not by rlinf); set runner.resume_unverified: true "
+        "to load it anyway"]
+    assert (out / "toy-ppo-mlp" / "metrics.jsonl").read_text() == metrics  # nothing written

@@ -140,6 +140,7 @@ def test_dynamic_sampling_with_a_separate_inference_group(ray_cluster, tmp_path)
 
 def test_a_damaged_trainer_state_is_a_config_error(tmp_path):
     from rlinf.runners.checkpoint import resume_point
+    from rlinf.runners.manifest import write_manifest
 
     step_dir = tmp_path / "global_step_4"
     step_dir.mkdir()
@@ -153,6 +154,7 @@ def test_a_damaged_trainer_state_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="runner.resume_dir.*no actor/ folder"):
         resume_point(str(tmp_path))
     (step_dir / "actor").mkdir()
+    write_manifest(str(step_dir))  # a checkpoint as a run saves it (one without a manifest is refused)
     assert resume_point(str(tmp_path)) == (str(step_dir), 4)
 
 

@@ -294,7 +294,7 @@ class EmbodiedRunner(ScheduledRunner):
                               {"step": self.step, "rollouts": self._rollouts, "history": self.history})
 
     def load_checkpoint(self, path: str) -> None:
-        step_dir = ckpt.resolve_resume_dir(path)
+        step_dir, _ = ckpt.resume_point(path, self.cfg.runner.resume_unverified)  # the checks every resume makes
         state = ckpt.read_trainer_state(step_dir)
         self.groups.actor.load_checkpoint(os.path.join(step_dir, "actor")).wait()
         norm_file = os.path.join(step_dir, STATE_NORM_FILE)

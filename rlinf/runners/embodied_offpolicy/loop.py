@@ -289,7 +289,7 @@ class OffPolicyRunner(ScheduledRunner):
                                "history": self.history})
 
     def load_checkpoint(self, path: str) -> None:
-        step_dir = ckpt.resolve_resume_dir(path)
+        step_dir, _ = ckpt.resume_point(path, self.cfg.runner.resume_unverified)  # the checks every resume makes
         state = ckpt.read_trainer_state(step_dir)
         self.groups.actor.load_checkpoint(os.path.join(step_dir, "actor")).wait()
         counters = self.groups.actor.execute("counters").wait()[0]

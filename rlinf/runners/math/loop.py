@@ -215,7 +215,7 @@ class MathRunner(ScheduledRunner):
     def load_checkpoint(self, path: str) -> None:
         """Resume from ``path`` (a step folder or a checkpoints folder: the latest step), then
         push the restored weights to the rollout group."""
-        step_dir = ckpt.resolve_resume_dir(path)
+        step_dir, _ = ckpt.resume_point(path, self.cfg.runner.resume_unverified)  # the checks every resume makes
         state = ckpt.read_trainer_state(step_dir)
         self.groups.actor.load_checkpoint(os.path.join(step_dir, "actor")).wait()
         if self.groups.critic is not None:

@@ -190,7 +190,7 @@ class WebAgentRunner(ScheduledRunner):
         """The actor's state after iteration K (``path``: its ``global_step_<K>`` folder), the
         rollout weights synced to it, the metric history and the positive pool of iterations
         0 .. K-1."""
-        folder = ckpt.resolve_resume_dir(path)
+        folder, _ = ckpt.resume_point(path, self.cfg.runner.resume_unverified)  # the checks every resume makes
         state = ckpt.read_trainer_state(folder)
         self.actor.execute("load_checkpoint", os.path.join(folder, "actor")).wait()
         self.step = int(state["step"])

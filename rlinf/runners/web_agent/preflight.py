@@ -122,5 +122,6 @@ def _resume_iteration(cfg) -> int:
         done = [int(os.path.basename(p)[len("iteration"):].split("_")[0]) for p in saved
                 if os.path.basename(os.path.dirname(p)) == f"{cfg.env_config.split}_trajectories"]
         return max(done) if done else 0
-    step_dir = latest_checkpoint(folder, print, "runner.resume auto")  # a damaged latest one: the one before
+    step_dir = latest_checkpoint(folder, print, "runner.resume auto",  # a damaged latest one: the one before
+                                 cfg.runner.resume_unverified, key="runner.resume")
     return 0 if step_dir is None else int(ckpt.read_trainer_state(step_dir)["step"])
