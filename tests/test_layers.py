@@ -48,6 +48,21 @@ def test_imports_go_downward_only():
     assert not wrong, "\n".join(sorted(wrong))
 
 
+def test_no_two_packages_import_each_other():
+    """Packages of one layer may import each other one way only (engines drive the worlds of
+    rlinf.envs, which import only the simulator interface in rlinf.envs.base and rlinf.utils)."""
+    edges: dict[str, dict[str, str]] = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if len(rel.parts) < 2:
+            continue
+        for target in _imports(path) - {rel.parts[0]}:
+            edges.setdefault(rel.parts[0], {}).setdefault(target, str(rel))
+    both = [f"{a} <-> {b} ({edges[a][b]}, {edges[b][a]})" for a in sorted(edges) for b in sorted(edges[a])
+            if a < b and a in edges.get(b, {})]
+    assert not both, "\n".join(both)
+
+
 def test_runners_do_not_import_worker_internals():
     """Runners launch workers (their classes, link names and the messages they exchange) but
     take algorithm glue from rlinf.objectives, never from a worker's module of helpers."""

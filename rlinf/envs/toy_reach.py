@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlinf.engines.simulators.episodes import SimSpec
-from rlinf.engines.simulators.single import SingleEnv, SingleObs, SingleStep
+from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
 
 __all__ = ["ToyReachEnv"]
 

@@ -14,9 +14,9 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from rlinf.engines.web.auth import bearer
 from rlinf.envs.web_sites import PAGE_SIZE, SiteServer, confirmation_code, form_cities, shop_catalog, wiki_catalog
 from rlinf.envs.web_sites.__main__ import main as sites_main
+from rlinf.utils.web_auth import bearer
 
 CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 TOKEN = "site-token-" + "5" * 32

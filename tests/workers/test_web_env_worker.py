@@ -17,9 +17,9 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"no Chromium: {exc}", allow_module_level=True)
 
-from rlinf.engines.web.auth import bearer
 from rlinf.engines.web.client import BrowserClient
 from rlinf.scheduler.secret import RunSecret
+from rlinf.utils.web_auth import bearer
 from rlinf.workers.env.web_env_worker import SERVICE_PURPOSE, SITE_PURPOSE, WebEnvWorker
 
 

@@ -1,6 +1,7 @@
 """Simulators under the embodied runtime: one :class:`VectorEnv` interface, one adapter per library.
 
-* ``toy`` — a pure-numpy reaching task (:mod:`~rlinf.envs.toy_reach`), for tests.
+* ``toy`` — a pure-numpy reaching task (:mod:`~rlinf.envs.toy_reach`, a world this project ships:
+  engines import worlds, worlds import only the interface, :mod:`rlinf.envs.base`), for tests.
 * ``maniskill`` — ManiSkill3 (:mod:`~rlinf.engines.simulators.maniskill`): CPU worker processes,
   or one CUDA batch.
 * ``libero`` — LIBERO suites (:mod:`~rlinf.engines.simulators.libero`): worker processes.
@@ -28,6 +29,8 @@ import numpy as np
 from rlinf.config.env import EnvConfig
 from rlinf.engines.simulators.base import EnvObs, SimulatorError, StepResult, VectorEnv
 from rlinf.engines.simulators.episodes import BatchSim, EpisodeVectorEnv
+from rlinf.engines.simulators.single import SerialBatchSim
+from rlinf.envs.toy_reach import ToyReachEnv
 
 __all__ = ["BatchSim", "EnvObs", "EpisodeVectorEnv", "SimulatorError", "StepResult", "VectorEnv",
            "make_vector_env"]
@@ -53,9 +56,6 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None, rank: int = 0) 
     if cfg.use_fixed_reset_state_ids and n % cfg.group_size:
         raise ValueError(f"num_envs {n} is not a multiple of group_size {cfg.group_size}")
     if cfg.env_type == "toy":
-        from rlinf.engines.simulators.single import SerialBatchSim
-        from rlinf.envs.toy_reach import ToyReachEnv
-
         size = cfg.init_params.camera_heights
         sim: BatchSim = SerialBatchSim([ToyReachEnv(image_size=size) for _ in range(n)])
     elif cfg.env_type == "maniskill":

@@ -33,28 +33,12 @@ import numpy as np
 import torch
 
 from rlinf.engines.simulators.base import EnvObs, StepResult, VectorEnv
+from rlinf.envs.base import SimSpec
 
-__all__ = ["BatchSim", "EpisodeVectorEnv", "SimSpec", "SimStep"]
+__all__ = ["BatchSim", "EpisodeVectorEnv", "SimStep"]
 
 #: Initial states are drawn from [0, SEED_SPACE) when a simulator accepts any seed.
 SEED_SPACE = 2**31 - 1
-
-
-@dataclass
-class SimSpec:
-    """What a simulator batch tells the episode layer once built.
-
-    Attributes:
-        action_low, action_high: ``[A]`` float32 action bounds.
-        default_max_episode_steps: the task's own episode limit.
-        num_reset_states: how many distinct initial states exist (LIBERO: benchmark init states
-            of the selected tasks); None = any int in ``[0, 2**31 - 1)`` (a seed).
-    """
-
-    action_low: np.ndarray
-    action_high: np.ndarray
-    default_max_episode_steps: int
-    num_reset_states: int | None = None
 
 
 @dataclass

@@ -36,10 +36,10 @@ from typing import Any
 import numpy as np
 
 from rlinf.config.env import LIBERO_SUITES, EnvConfig
-from rlinf.engines.simulators.episodes import BatchSim, SimSpec
+from rlinf.engines.simulators.episodes import BatchSim
 from rlinf.engines.simulators.libero_setup import check_libero_assets, ensure_libero_config, libero_assets_dir
-from rlinf.engines.simulators.single import SingleEnv, SingleObs, SingleStep
 from rlinf.engines.simulators.subproc import SubprocBatchSim
+from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
 
 __all__ = ["LiberoSingleEnv", "build_libero_sim", "prepare_libero"]
 

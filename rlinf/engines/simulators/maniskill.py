@@ -40,9 +40,9 @@ import torch
 
 from rlinf.config.env import EnvConfig
 from rlinf.engines.simulators.base import EnvObs, SimulatorError
-from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
-from rlinf.engines.simulators.single import SingleEnv, SingleObs, SingleStep
+from rlinf.engines.simulators.episodes import BatchSim, SimStep
 from rlinf.engines.simulators.subproc import build_cpu_sim
+from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
 
 __all__ = ["ManiSkillGPUSim", "ManiSkillSingleEnv", "MissingAssetsError", "build_maniskill_sim",
            "check_maniskill_assets", "missing_maniskill_assets", "vulkan_unavailable_reason"]

@@ -43,9 +43,9 @@ import numpy as np
 
 from rlinf.config.env import METAWORLD_MAX_PATH_LENGTH, METAWORLD_SUITES, EnvConfig
 from rlinf.engines.simulators.base import SimulatorError
-from rlinf.engines.simulators.episodes import BatchSim, SimSpec
-from rlinf.engines.simulators.single import SingleEnv, SingleObs, SingleStep
+from rlinf.engines.simulators.episodes import BatchSim
 from rlinf.engines.simulators.subproc import build_cpu_sim
+from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
 
 __all__ = ["DEFAULT_CAMERA", "STATE_DIM", "MetaWorldSingleEnv", "build_metaworld_sim", "check_metaworld_installed",
            "close_task_names", "import_metaworld", "metaworld_tasks", "suite_task_names"]

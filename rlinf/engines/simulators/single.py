@@ -1,8 +1,9 @@
-"""One environment (the unit a simulator process holds) and the in-process batch of them.
+"""The in-process batch of single environments (the unit a simulator process holds).
 
-A :class:`SingleEnv` knows physics and rendering only; episode rules live in
-:class:`~rlinf.engines.simulators.episodes.EpisodeVectorEnv`. Its results are plain numpy
-(:class:`SingleObs`, :class:`SingleStep`) so they pickle cheaply through a process pipe.
+A :class:`~rlinf.envs.base.SingleEnv` (the interface, in :mod:`rlinf.envs.base`) knows physics and
+rendering only; episode rules live in :class:`~rlinf.engines.simulators.episodes.EpisodeVectorEnv`.
+Its results are plain numpy (:class:`~rlinf.envs.base.SingleObs`, :class:`~rlinf.envs.base.SingleStep`)
+so they pickle cheaply through a process pipe.
 :class:`SerialBatchSim` steps a list of them in the calling process (tests, debugging with pdb);
 :class:`~rlinf.engines.simulators.subproc.SubprocBatchSim` gives each its own process.
 
@@ -18,76 +19,16 @@ Example:
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from rlinf.engines.simulators.base import EnvObs
-from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
+from rlinf.engines.simulators.episodes import BatchSim, SimStep
+from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
 
-__all__ = ["IdleEnvs", "SerialBatchSim", "SingleEnv", "SingleObs", "SingleStep", "stack_obs", "stack_steps"]
-
-
-@dataclass
-class SingleObs:
-    """One environment's observation.
-
-    Attributes:
-        state: ``[D]`` float32 or None.
-        images: camera name -> ``[H, W, 3]`` uint8, upright.
-        task_description: language instruction or None.
-    """
-
-    state: np.ndarray | None = None
-    images: dict[str, np.ndarray] = field(default_factory=dict)
-    task_description: str | None = None
-
-
-@dataclass
-class SingleStep:
-    """One environment's step.
-
-    Attributes:
-        obs: observation after the step.
-        reward: the simulator's reward (before ``reward_coef``).
-        terminated: the task ended (success or failure).
-        success: the success criterion holds.
-        extras: more per-step numbers worth reporting (same keys every step).
-    """
-
-    obs: SingleObs
-    reward: float
-    terminated: bool
-    success: bool
-    extras: dict[str, float] = field(default_factory=dict)
-
-
-class SingleEnv(ABC):
-    """One simulator instance. ``task_name`` names it in error messages."""
-
-    task_name: str = "?"
-
-    @abstractmethod
-    def spec(self) -> SimSpec:
-        """Action bounds, default episode length, reset-state count."""
-
-    @abstractmethod
-    def reset(self, state_id: int) -> SingleObs:
-        """Start an episode from initial state ``state_id`` (deterministic for a given id)."""
-
-    @abstractmethod
-    def step(self, action: np.ndarray) -> SingleStep:
-        """Apply one ``[A]`` float32 action."""
-
-    @abstractmethod
-    def render(self) -> np.ndarray:
-        """``[H, W, 3]`` uint8 frame of the current state."""
-
-    def close(self) -> None:
-        """Release the simulator."""
+__all__ = ["IdleEnvs", "SerialBatchSim", "stack_obs", "stack_steps"]
 
 
 def stack_obs(items: Sequence[SingleObs]) -> EnvObs:

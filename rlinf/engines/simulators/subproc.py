@@ -36,8 +36,9 @@ import numpy as np
 import torch
 
 from rlinf.engines.simulators.base import EnvObs, SimulatorError
-from rlinf.engines.simulators.episodes import BatchSim, SimSpec, SimStep
-from rlinf.engines.simulators.single import IdleEnvs, SingleEnv, SingleObs, SingleStep, stack_obs, stack_steps
+from rlinf.engines.simulators.episodes import BatchSim, SimStep
+from rlinf.engines.simulators.single import IdleEnvs, SerialBatchSim, stack_obs, stack_steps
+from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
 
 __all__ = ["SubprocBatchSim", "build_cpu_sim"]
 
@@ -293,8 +294,6 @@ def build_cpu_sim(factory: EnvFactory, num_envs: int, cfg: Any, label: str) -> B
     when one fails), else in simulator processes (``envs_per_process`` each, ``cfg``'s
     deadlines); ``label`` names them in errors until they report their task."""
     if cfg.sim_in_worker:
-        from rlinf.engines.simulators.single import SerialBatchSim
-
         envs: list[SingleEnv] = []
         try:
             for _ in range(num_envs):

@@ -46,7 +46,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rlinf.engines.web.actions import MODES, Action
-from rlinf.engines.web.auth import check_token
 from rlinf.engines.web.browser_errors import (
     BrowserStartError,
     InstanceLost,
@@ -57,6 +56,7 @@ from rlinf.engines.web.browser_errors import (
 )
 from rlinf.engines.web.observe import SAME_TAB_JS, read_page, take_screenshot
 from rlinf.engines.web.perform import perform_action
+from rlinf.utils.web_auth import check_token
 
 try:  # the client imports this module's errors on machines without Playwright
     from playwright.async_api import Error as PlaywrightError

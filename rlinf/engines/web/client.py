@@ -38,8 +38,8 @@ from typing import Any
 import httpx
 
 from rlinf.engines.web.actions import Action
-from rlinf.engines.web.auth import bearer, check_token
 from rlinf.engines.web.browser import InstanceLost
+from rlinf.utils.web_auth import bearer, check_token
 
 #: seed 000's operation names (``http_pools`` keys)
 OPERATIONS = ("allocate", "release", "navigate", "metadata", "screenshot", "ac_tree", "page_metadata", "execute")

@@ -4,7 +4,7 @@
 take and give JSON (``screenshot`` gives ``{"png_base64"}``); ``GET /health`` and ``GET /stats``
 (instances live, allocations waiting, timeouts, lost instances, recycles, requests and peak
 in-flight requests per operation). Every request, to any path, carries
-``Authorization: Bearer <token>`` (:mod:`rlinf.engines.web.auth`); one without it, or with a wrong
+``Authorization: Bearer <token>`` (:mod:`rlinf.utils.web_auth`); one without it, or with a wrong
 token, is answered 401 before anything else of it is read.
 
 At most ``server_size`` instances live at once: ``allocate`` waits up to ``wait_timeout`` seconds
@@ -49,7 +49,6 @@ from typing import Any
 from aiohttp import web
 
 from rlinf.engines.web.actions import MODES, Action
-from rlinf.engines.web.auth import UNAUTHORIZED, authorized, check_token, server_token
 from rlinf.engines.web.browser import (
     BrowserHost,
     BrowserStartError,
@@ -59,6 +58,7 @@ from rlinf.engines.web.browser import (
     first_line,
 )
 from rlinf.engines.web.client import OPERATIONS
+from rlinf.utils.web_auth import UNAUTHORIZED, authorized, check_token, server_token
 
 _FIELDS = {"allocate": set(), "release": {"instance_id"}, "metadata": {"instance_id"},
            "page_metadata": {"instance_id"}, "navigate": {"instance_id", "url", "timeout_s"},

@@ -14,8 +14,8 @@ import os
 import sys
 import threading
 
-from rlinf.engines.web.auth import is_loopback, server_token
 from rlinf.envs.web_sites.server import SiteServer
+from rlinf.utils.web_auth import is_loopback, server_token
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:

@@ -6,7 +6,7 @@ with the same seed serve byte-identical pages. Links are root-relative (``/shop/
 the server works at any host and port.
 
 Every request, whatever its method or path, carries ``Authorization: Bearer <token>``
-(:mod:`rlinf.engines.web.auth`); one without it, or with a wrong token, is answered 401 and its
+(:mod:`rlinf.utils.web_auth`); one without it, or with a wrong token, is answered 401 and its
 connection closed before anything else of it is read (body, cookies, path). In a run the browsers
 of the same env rank send the token (the browser host's ``origin_tokens``); the server binds
 127.0.0.1 there. ``open_access=True`` drops the check, on a loopback address only, for a person
@@ -29,13 +29,13 @@ from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from rlinf.engines.web.auth import UNAUTHORIZED, authorized, check_token, is_loopback, new_token
 from rlinf.envs.web_sites.catalog import shop_catalog, wiki_catalog
 from rlinf.envs.web_sites.faults import fault_response
 from rlinf.envs.web_sites.forms import FormsSite
 from rlinf.envs.web_sites.pages import Request, Response, link_list, not_found, page
 from rlinf.envs.web_sites.shop import ShopSite
 from rlinf.envs.web_sites.wiki import WikiSite
+from rlinf.utils.web_auth import UNAUTHORIZED, authorized, check_token, is_loopback, new_token
 
 logger = logging.getLogger(__name__)
 IDLE_TIMEOUT_S = 30.0
@@ -225,7 +225,7 @@ class SiteServer:
 
     Example:
         >>> import urllib.request
-        >>> from rlinf.engines.web.auth import bearer
+        >>> from rlinf.utils.web_auth import bearer
         >>> with SiteServer(port=0, seed=0) as server:
         ...     ask = urllib.request.Request(server.base_url + "/shop/", headers=bearer(server.token))
         ...     html = urllib.request.urlopen(ask, timeout=10).read().decode()

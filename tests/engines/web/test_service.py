@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rlinf.engines.web.auth import bearer
 from rlinf.engines.web.client import BrowserClient, InstanceLost, OperationFailed, check_pools, split_for_rank
+from rlinf.utils.web_auth import bearer
 
 from .pages import PageServer
 
@@ -340,7 +340,7 @@ def test_cli_refuses_a_non_loopback_host_without_a_usable_token(capsys, monkeypa
 
 
 def test_where_a_hand_started_server_takes_its_token(tmp_path):
-    from rlinf.engines.web.auth import server_token
+    from rlinf.utils.web_auth import server_token
 
     good = tmp_path / "token"
     good.write_text(TOKEN + "\n")

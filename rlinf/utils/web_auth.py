@@ -1,5 +1,8 @@
 """Bearer tokens of the web services (the browser service and the shipped sites' server).
 
+It sits in ``rlinf.utils`` because both sides use it: the browser engine (:mod:`rlinf.engines.web`)
+and the shipped sites (:mod:`rlinf.envs.web_sites`), which import nothing of the engines.
+
 Every request to either server carries ``Authorization: Bearer <token>``; anything else is
 answered 401 before the rest of the request is read. In a run the tokens come from the run's
 secret (``run_secret.token("web-service")`` / ``run_secret.token("web-site")``); a server started
