@@ -275,6 +275,30 @@ def test_home_shadow_project_and_environment_are_out_of_reach(mode, monkeypatch)
     assert run(tool, "print('next cell')").text == "next cell\n"
 
 
+@pytest.fixture(scope="module")
+def editable_venv(tmp_path_factory):
+    """A venv (under /tmp) whose site-packages holds a .pth putting the checkout on sys.path, as an
+    editable install of rlinf does."""
+    venv = tmp_path_factory.mktemp("venv") / "v"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    site_dir = next((venv / "lib").glob("python3*/site-packages"))
+    (site_dir / "__editable__.rlinf-test.pth").write_text(REPO + "\n")
+    return str(venv / "bin" / "python")
+
+
+@pytest.mark.parametrize("mode", SANDBOXES)
+def test_an_editable_install_does_not_show_the_checkout(mode, editable_venv):
+    host = subprocess.run([editable_venv, "-I", "-c", f"import sys; print({REPO!r} in sys.path)"],
+                          capture_output=True, text=True, timeout=30)
+    assert host.stdout == "True\n"  # outside, the .pth puts the checkout on sys.path
+    tool = sandbox(mode, python=editable_venv)
+    # (unshare starts the interpreter before leaving the host's root: the entry is on sys.path but
+    # does not exist; under bwrap site.py drops it, since it does not exist)
+    result = run(tool, f"import os\nprint(os.path.exists({REPO!r} + '/rlinf'))\nimport rlinf")
+    assert result.status == "error"
+    assert result.text.startswith("False\n") and "ModuleNotFoundError: No module named 'rlinf'" in result.text
+
+
 @pytest.mark.parametrize("mode", SANDBOXES)
 def test_boot_file_under_tmp_and_old_hide_paths(mode, monkeypatch):
     """A clone under /tmp: the sandbox's own boot file there works, with the old default
