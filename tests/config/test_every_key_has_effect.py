@@ -77,7 +77,7 @@ CONSUMERS = {
     "actor.channel.name": ("rlinf/runners/embodied/recipe.py", "act.name"),
     "rollout.model.model_type": ("rlinf/runners/math/preflight.py", "cfg.rollout.model.model_type"),
     "inference.model.model_type": ("rlinf/runners/math/preflight.py", "cfg.inference.model.model_type"),
-    "actor.optim.optimizer": ("rlinf/engines/training/fsdp_utils.py", "optim_cfg.optimizer"),
+    "actor.optim.optimizer": ("rlinf/engines/training/common.py", "optim_cfg.optimizer"),
     "data.num_workers": ("rlinf/runners/math/preflight.py", "num_workers=d.num_workers"),
     "data.validation_shuffle": ("rlinf/runners/math/preflight.py", "shuffle=d.validation_shuffle"),
     "runner.max_prompt_length": ("rlinf/runners/embodied/loop.py", "cfg.runner.max_prompt_length"),
@@ -94,9 +94,9 @@ CONSUMERS = {
     "rollout.print_outputs": ("rlinf/workers/rollout/generation_worker.py", "self.cfg.print_outputs"),
     "rollout.validate_weight": ("rlinf/workers/rollout/generation_worker.py", "self.cfg.validate_weight"),
     "rollout.validate_save_dir": ("rlinf/workers/rollout/generation_worker.py", "self.cfg.validate_save_dir"),
-    "actor.fsdp_config.mixed_precision.buffer_dtype": ("rlinf/engines/training/fsdp_utils.py", "mp.buffer_dtype"),
-    "actor.fsdp_config.forward_prefetch": ("rlinf/engines/training/fsdp_utils.py", "fc.forward_prefetch"),
-    "actor.fsdp_config.backward_prefetch": ("rlinf/engines/training/fsdp_utils.py", "fc.backward_prefetch"),
+    "actor.fsdp_config.mixed_precision.buffer_dtype": ("rlinf/engines/training/fsdp_setup.py", "mp.buffer_dtype"),
+    "actor.fsdp_config.forward_prefetch": ("rlinf/engines/training/fsdp_setup.py", "fc.forward_prefetch"),
+    "actor.fsdp_config.backward_prefetch": ("rlinf/engines/training/fsdp_setup.py", "fc.backward_prefetch"),
 }
 
 

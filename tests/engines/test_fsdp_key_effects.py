@@ -110,7 +110,7 @@ def test_num_params_counts_the_whole_model(res, tmp_path):
 
 def test_unknown_optimizer_is_refused_by_name():
     from rlinf.config.actor import OptimConfig
-    from rlinf.engines.training.fsdp_utils import build_optimizer
+    from rlinf.engines.training.common import build_optimizer
 
     params = [torch.nn.Parameter(torch.zeros(2))]
     assert isinstance(build_optimizer(params, OptimConfig(optimizer="adam"), 0.1), torch.optim.AdamW)

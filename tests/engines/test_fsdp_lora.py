@@ -79,7 +79,7 @@ def test_merged_weights_start_at_the_base_and_move(res):
 def test_merged_export_computes_what_the_adapter_computes(res):
     from transformers import AutoModelForCausalLM
 
-    from rlinf.engines.training.fsdp_utils import response_logprobs
+    from rlinf.engines.training.common import response_logprobs
 
     hf = AutoModelForCausalLM.from_pretrained(os.path.join(res["dir"], "hf")).eval()
     with torch.no_grad():

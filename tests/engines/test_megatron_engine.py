@@ -104,8 +104,8 @@ def spawn(target: str, world: int, args: tuple, out: Path) -> list:
 def single_process(model: str, cache: str, out_dir: str) -> dict:
     from transformers import AutoModelForCausalLM
 
+    from rlinf.engines.training.common import response_logprobs
     from rlinf.engines.training.fsdp import FSDPEngine
-    from rlinf.engines.training.fsdp_utils import response_logprobs
     from rlinf.engines.training.megatron.engine import MegatronEngine
     from rlinf.objectives.llm import make_loss_fn
 

@@ -44,7 +44,7 @@ class ShimmedMegatronActor(MegatronActorWorker):
 def test_megatron_actor_group_logprobs_update_offload_and_weight_sync(ray_cluster, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from rlinf.engines.training.fsdp_utils import response_logprobs
+    from rlinf.engines.training.common import response_logprobs
 
     path = tiny_model(tmp_path / "model")
     algo = AlgorithmConfig(group_size=2, n_minibatches=1, training_batch_size_per_gpu=2)

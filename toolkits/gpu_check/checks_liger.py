@@ -5,7 +5,7 @@
    log-probs (``reduction="none"``) and the gradients of the hidden states and of the head
    against ``cross_entropy(x @ W.T)``.
 2. The patch the FSDP engine applies (``actor.fsdp_config.use_liger_kernel``:
-   :func:`rlinf.engines.training.fsdp_utils.apply_liger`: RoPE, RMSNorm, SwiGLU) on a random Qwen2
+   :func:`rlinf.engines.training.fsdp_setup.apply_liger`: RoPE, RMSNorm, SwiGLU) on a random Qwen2
    in fp32: response log-probs, entropies and the gradients of a policy-gradient loss against the
    unpatched model. Liger's RoPE patch replaces a module-level function of transformers' Qwen2, so
    the unpatched model runs first.
@@ -63,7 +63,7 @@ def fused_linear_ce(dtype: torch.dtype, tokens: int, hidden: int, vocab: int, de
 
 def _logprobs_and_grads(model, batch) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     from rlinf.algorithms import masked_mean
-    from rlinf.engines.training.fsdp_utils import response_logprobs
+    from rlinf.engines.training.common import response_logprobs
 
     model.zero_grad(set_to_none=True)
     logp, ent = response_logprobs(model, batch, 1.0, True)
@@ -77,7 +77,8 @@ def patched_model(ctx: Context) -> dict[str, float]:
     """The engine's Liger patch vs the unpatched model, fp32 on ``ctx.device``."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from rlinf.engines.training.fsdp_utils import apply_liger, batch_to
+    from rlinf.engines.training.common import batch_to
+    from rlinf.engines.training.fsdp_setup import apply_liger
 
     shape = TINY if ctx.dry_run else SMALL
     torch.manual_seed(ctx.seed)

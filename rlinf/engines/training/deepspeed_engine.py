@@ -31,15 +31,7 @@ import torch.distributed as dist
 from rlinf.config.actor import ActorConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.base import LossFn, TrainingEngine
-from rlinf.engines.training.deepspeed_checkpoint import load_ds_checkpoint, save_ds_checkpoint
-from rlinf.engines.training.deepspeed_config import (
-    ResolvedDsConfig,
-    import_deepspeed,
-    load_ds_config,
-    resolve_ds_config,
-)
-from rlinf.engines.training.fsdp_checkpoint import write_hf_folder
-from rlinf.engines.training.fsdp_utils import (
+from rlinf.engines.training.common import (
     batch_to,
     build_optimizer,
     dummy_batch,
@@ -50,6 +42,14 @@ from rlinf.engines.training.fsdp_utils import (
     sum_over_ranks,
     to_float,
 )
+from rlinf.engines.training.deepspeed_checkpoint import load_ds_checkpoint, save_ds_checkpoint
+from rlinf.engines.training.deepspeed_config import (
+    ResolvedDsConfig,
+    import_deepspeed,
+    load_ds_config,
+    resolve_ds_config,
+)
+from rlinf.engines.training.fsdp_checkpoint import write_hf_folder
 from rlinf.engines.training.lr_schedule import schedule_from_config
 
 logger = logging.getLogger(__name__)

@@ -60,12 +60,9 @@ from rlinf.config.actor import ActorConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.base import LossFn, TrainingEngine
 from rlinf.engines.training.collective_save import on_rank0
-from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded, write_hf_folder
-from rlinf.engines.training.fsdp_utils import (
-    apply_liger,
+from rlinf.engines.training.common import (
     batch_to,
     build_optimizer,
-    check_config,
     clip_grad_norm,
     dummy_batch,
     max_over_ranks,
@@ -74,10 +71,11 @@ from rlinf.engines.training.fsdp_utils import (
     parse_dtype,
     reduce_metrics,
     response_logprobs,
-    shard_model,
     sum_over_ranks,
     to_float,
 )
+from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded, write_hf_folder
+from rlinf.engines.training.fsdp_setup import apply_liger, check_config, shard_model
 from rlinf.engines.training.fsdp_weights import GatheredWeights
 from rlinf.engines.training.lr_schedule import schedule_from_config
 

@@ -36,8 +36,9 @@ from rlinf.algorithms.running_norm import approx_kl, whiten
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.embodied_batch import EmbodiedBatch
+from rlinf.engines.training.common import move_optimizer_state
 from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded
-from rlinf.engines.training.fsdp_utils import build_mesh, move_optimizer_state
+from rlinf.engines.training.fsdp_setup import build_mesh
 from rlinf.engines.training.lr_schedule import schedule_from_config
 from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec

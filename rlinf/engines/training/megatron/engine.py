@@ -36,7 +36,7 @@ import torch.distributed as dist
 from rlinf.config.actor import ActorConfig
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.training.base import LossFn, TrainingEngine
-from rlinf.engines.training.fsdp_utils import dummy_batch, parse_dtype, reduce_metrics, to_float
+from rlinf.engines.training.common import dummy_batch, parse_dtype, reduce_metrics, to_float
 from rlinf.engines.training.lr_schedule import schedule_from_config
 from rlinf.engines.training.megatron import engine_setup as setup
 from rlinf.engines.training.megatron.inputs import ModelInputs, model_inputs

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.engines.training.common import batch_to
 
 
 @dataclass
@@ -64,13 +65,7 @@ def model_inputs(mb: RolloutBatch, pad_token_id: int, device: torch.device, *, s
     causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
     blocked = ~(causal.unsqueeze(0) & keys.unsqueeze(1))
     return ModelInputs(input_ids.to(device), position_ids.to(device), blocked.unsqueeze(1),
-                       _batch_to(mb, device))
-
-
-def _batch_to(batch: RolloutBatch, device: torch.device) -> RolloutBatch:
-    from rlinf.engines.training.fsdp_utils import batch_to
-
-    return batch_to(batch, device)
+                       batch_to(mb, device))
 
 
 @dataclass
