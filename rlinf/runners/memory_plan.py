@@ -25,7 +25,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from rlinf.config.root import resolve_hydra
 from rlinf.runners.memory_check import estimate
+from rlinf.runners.registry import recipe_for
 from rlinf.scheduler.memory import register_file_estimator
 from rlinf.utils.typed_config import ConfigError
 
@@ -37,9 +39,6 @@ def load_config(path: str) -> tuple[Any, dict, Any]:
     import os
 
     import yaml
-
-    from rlinf.config.root import resolve_hydra
-    from rlinf.runners.registry import recipe_for
 
     with open(path, encoding="utf-8") as f:
         raw = yaml.safe_load(f)

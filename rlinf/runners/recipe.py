@@ -47,7 +47,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlinf.config.root import RootConfig
+from rlinf.runners.memory_check import check_before_ray
 from rlinf.runners.recovery import Recovery, run_with_recovery, runner_recovery, with_resume_dir
+from rlinf.scheduler.memory import MemoryEstimate
 
 
 @dataclass
@@ -107,8 +109,6 @@ class Recipe:
         :meth:`prepare` found (None from the placement CLI, which runs no checks). A role it
         cannot size is left out with a note; a :class:`~rlinf.utils.typed_config.ConfigError`
         becomes a note. Default: nothing estimated."""
-        from rlinf.scheduler.memory import MemoryEstimate
-
         return MemoryEstimate({}, (f"not estimated: the {self.name} recipe gives no memory estimate",))
 
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
@@ -162,7 +162,6 @@ def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str
 def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
     """One attempt: checks before Ray, cluster, logger, groups, runner, fit, shutdown."""
     from rlinf.runners.launch import start_cluster
-    from rlinf.runners.memory_check import check_before_ray
     from rlinf.scheduler.errors import OutOfMemoryError
 
     start = recipe.prepare(raw)

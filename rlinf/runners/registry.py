@@ -35,6 +35,9 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from rlinf.config.runner import RunnerConfig
 from rlinf.runners.recipe import Recipe, task_type_of
 from rlinf.utils.typed_config import ConfigError
 
@@ -63,8 +66,6 @@ def _plain(raw: Any) -> Mapping:
     """A Hydra ``DictConfig`` as a plain mapping (unresolved values stay as written)."""
     if isinstance(raw, Mapping):
         return raw
-    from omegaconf import OmegaConf
-
     return OmegaConf.to_container(raw, resolve=False)
 
 
@@ -82,8 +83,6 @@ def recipe_for(raw: Any) -> Recipe:
         raise ConfigError("runner.task_type", f"{given!r} is claimed by several recipes ({names}); "
                                               "a config belongs to one")
     if given is None:  # the default task type's recipe (asked again, so its own rules still apply)
-        from rlinf.config.runner import RunnerConfig
-
         runner = raw.get("runner")
         runner = {**(runner if isinstance(runner, Mapping) else {}), "task_type": RunnerConfig().task_type}
         default = [r for r in recipes if r.claims({**raw, "runner": runner})]

@@ -44,7 +44,7 @@ def _pi0_params(path: str) -> tuple[int, int]:
     (zeros when unreadable: the preflight names the folder's problem)."""
     import math
 
-    from rlinf.models.embodied.pi0 import Pi0CheckpointError, inspect_pi0_folder
+    from rlinf.models.embodied.pi0 import Pi0CheckpointError, inspect_pi0_folder  # only when a π0 policy is sized
 
     try:
         shapes = inspect_pi0_folder(path).shapes()

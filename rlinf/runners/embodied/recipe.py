@@ -18,7 +18,9 @@ from typing import Any
 
 from rlinf.config.embodied import EmbodiedConfig
 from rlinf.config.embodied_offpolicy import offpolicy_requested
+from rlinf.runners.embodied.memory import embodied_memory
 from rlinf.runners.embodied.preflight import EmbodiedStart, prepare_embodied
+from rlinf.runners.extras_check import config_value
 from rlinf.runners.recipe import Recipe, run_recipe
 
 #: ``env.<split>.env_type`` -> (the extra that installs it, the library's name)
@@ -59,8 +61,6 @@ class EmbodiedRecipe(Recipe):
 
     def memory_estimate(self, cfg, plan, capacity, start=None):
         """Simulators, rollout and actor (:func:`~rlinf.runners.embodied.memory.embodied_memory`)."""
-        from rlinf.runners.embodied.memory import embodied_memory
-
         return embodied_memory(cfg, plan, capacity, capacity.kind == "gpu")
 
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
@@ -69,8 +69,6 @@ class EmbodiedRecipe(Recipe):
         ``embodied`` (imageio); ``actor.model.model_type`` openvla / openvla_oft -> ``math`` and
         ``embodied`` (transformers, peft); pi0 / pi05 -> ``math`` and ``embodied`` (transformers,
         sentencepiece)."""
-        from rlinf.runners.extras_check import config_value
-
         out: list[tuple[str, str]] = []
         env = config_value(raw, "env", {}) or {}
         for split in ("train", "eval"):

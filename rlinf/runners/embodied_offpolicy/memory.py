@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlinf.data.replay_buffer import transition_bytes
+from rlinf.runners.embodied.sim_probe import probe_obs_spec
 from rlinf.scheduler.memory import MemoryItem
 from rlinf.utils.typed_config import ConfigError
 
@@ -34,16 +36,12 @@ __all__ = ["buffer_items"]
 def _state_dim(cfg: Any, start: Any) -> int:
     if start is not None:
         return int(start.obs_specs["train"].state_dim)
-    from rlinf.runners.embodied.sim_probe import probe_obs_spec
-
     return int(probe_obs_spec(cfg.env.train, "env.train").state_dim)
 
 
 def buffer_items(cfg: Any, start: Any = None) -> tuple[tuple[MemoryItem, ...], tuple[str, ...]]:
     """The actor's host items (the replay buffer; the demonstrations once ``start`` has read
     them) and notes on what could not be sized."""
-    from rlinf.data.replay_buffer import transition_bytes
-
     cap = cfg.algorithm.replay_buffer.capacity
     try:
         obs_dim = _state_dim(cfg, start)

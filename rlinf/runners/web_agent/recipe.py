@@ -21,6 +21,7 @@ from typing import Any
 from rlinf.config.web import WebAgentConfig
 from rlinf.runners.recipe import Recipe, run_recipe
 from rlinf.runners.recovery import Recovery
+from rlinf.runners.web_agent.memory import web_memory
 from rlinf.runners.web_agent.preflight import WebStart, prepare_web
 
 
@@ -54,8 +55,6 @@ class WebRecipe(Recipe):
 
     def memory_estimate(self, cfg, plan, capacity, start=None):
         """Browsers, rollout and actor (:func:`~rlinf.runners.web_agent.memory.web_memory`)."""
-        from rlinf.runners.web_agent.memory import web_memory
-
         return web_memory(cfg, plan, capacity, capacity.kind == "gpu")
 
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
