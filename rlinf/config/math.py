@@ -115,6 +115,12 @@ class MathConfig(RootConfig):
         self.rollout.check_mode(plan.mode("actor", "rollout").value)
         if self.actor.training_backend == "fsdp":
             self.actor.fsdp_config.check_world(actor_dp)
+        else:  # megatron: tensor x pipeline parallel ranks fill the actor's processes
+            tp, pp = self.actor.model.llm.tensor_model_parallel_size, self.actor.model.llm.pipeline_model_parallel_size
+            local = " (cluster.backend local runs each group as one process)" if self.cluster.backend == "local" else ""
+            check(actor_dp % (tp * pp) == 0, "actor.model.tensor_model_parallel_size",
+                  f"{tp} x pipeline_model_parallel_size {pp} = {tp * pp} ranks do not divide the actor's "
+                  f"{actor_dp} process(es){local}; set them to fit its placement")
         samples = self.data.rollout_batch_size * self.algorithm.group_size
         check(samples % actor_dp == 0, "data.rollout_batch_size",
               f"rollout_batch_size * algorithm.group_size = {samples} is not divisible by the "

@@ -11,11 +11,10 @@ Example:
     Traceback (most recent call last):
     ...
     rlinf.utils.typed_config.ConfigError: cluster.component_placment: unknown key; allowed keys are accelerator_memory_gib, accelerators_per_node, allow_unauthenticated_ray, backend, component_placement, memory_check, node_groups, num_nodes
-    >>> ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 2,
-    ...                          "component_placement": {"actor,rollout": "all"}})
-    Traceback (most recent call last):
-    ...
-    rlinf.utils.typed_config.ConfigError: cluster.component_placement.actor: local mode runs one process per group; actor is placed on 2 processes: place it on one accelerator, e.g. `actor,rollout: 0` with cluster.accelerators_per_node: 1
+    >>> local = ClusterConfig.from_dict({"backend": "local", "accelerators_per_node": 2,
+    ...                                  "component_placement": {"actor,rollout": "all"}})
+    >>> [(c.world_size, c.processes[0].accelerators) for c in local.plan().components.values()]
+    [(1, (0, 1)), (1, (0, 1))]
 """  # noqa: E501 - a doctest's expected output is one line
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, parse_cluster_shape, plan_placement
+from rlinf.scheduler.placement.fold import fold_to_one_process
 from rlinf.utils.typed_config import ConfigError, check, parse_section
 
 __all__ = ["ClusterConfig", "ConfigError"]
@@ -45,8 +45,9 @@ class ClusterConfig:
             ``local``: for debugging without Ray: every worker group runs inside the driver
             process (one worker per group, on its own thread; channels, tensor links and pipes in
             memory), so a breakpoint in a worker method fires under ``python -m pdb``. Needs one
-            node and one process per component (e.g. ``actor,rollout,reward: 0`` with
-            ``accelerators_per_node: 1``); anything else is refused before the run starts.
+            node (``num_nodes: 1``). A group placed on several processes is folded to one that
+            holds all their accelerators, so groups placed apart stay apart (said in one line at
+            start; :mod:`rlinf.scheduler.placement.fold`).
         memory_check: our key. Before Ray starts, every run estimates each role's memory per rank
             (weights, gradients, optimizer state, activations, log-softmax over the vocabulary, KV
             cache, simulators; docs/memory.md) and sums it per accelerator and per node.
@@ -112,5 +113,8 @@ class ClusterConfig:
             accelerators_per_node if self.accelerators_per_node is None else None))
 
     def plan(self, shape: ClusterShape | None = None) -> PlacementPlan:
-        """Plan the placement on ``shape`` (default: :meth:`shape`)."""
-        return plan_placement(self.component_placement, shape or self.shape())
+        """Plan the placement on ``shape`` (default: :meth:`shape`). ``backend: local``: each
+        group folded to one process on the accelerators its processes had
+        (:func:`~rlinf.scheduler.placement.fold.fold_to_one_process`)."""
+        plan = plan_placement(self.component_placement, shape or self.shape())
+        return fold_to_one_process(plan) if self.backend == "local" else plan

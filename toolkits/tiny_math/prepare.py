@@ -27,7 +27,8 @@ from pathlib import Path
 
 STAMP = "READY"
 SHIPPED_MANIFEST = "SHIPPED.json"
-SHIPPED_DIR = Path(__file__).resolve().parents[2] / "examples" / "math" / "assets" / "tiny_math_warm"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_DIR = REPO_ROOT / "examples" / "math" / "assets" / "tiny_math_warm"
 
 
 def build_settings(size: str, steps: int, seed: int, sft_path: str | Path) -> dict:
@@ -37,6 +38,20 @@ def build_settings(size: str, steps: int, seed: int, sft_path: str | Path) -> di
     800
     """
     return {"size": size, "steps": steps, "seed": seed, "sft": str(sft_path)}
+
+
+def data_file(path: str | Path) -> Path:
+    """``path``, or, when it is relative and not in the current folder, the repository's own file
+    of that name (the default ``examples/math/data/sft.jsonl`` from another folder).
+
+    >>> data_file("examples/math/data/sft.jsonl").is_file()
+    True
+    """
+    path = Path(path)
+    if path.is_absolute() or path.exists():
+        return path
+    mine = REPO_ROOT / path
+    return mine if mine.exists() else path
 
 
 def _sha256(path: Path) -> str:
@@ -59,7 +74,7 @@ def shipped_matches(shipped: Path, settings: dict, sft_path: str | Path) -> str 
     info = json.loads(manifest.read_text())
     if info.get("settings") != settings:
         return f"built with {info.get('settings')}, asked for {settings}"
-    sft = Path(sft_path)
+    sft = data_file(sft_path)
     if not sft.is_file() or _sha256(sft) != info.get("sft_sha256"):
         return f"{sft} differs from the data it was trained on"
     for name, digest in info.get("files", {}).items():
@@ -124,7 +139,7 @@ def prepare(out: str | Path, size: str = "tiny", steps: int = 800, seed: int = 0
     print(f"[tiny_math] built a random {size} Qwen2 model + tokenizer in {out / 'base'}; "
           f"warm start ({steps} supervised steps on {sft_path}; not the shipped copy: {why_not}) ...",
           flush=True)
-    warm_start(out / "base", sft_path, warm, steps=steps, seed=seed)
+    warm_start(out / "base", data_file(sft_path), warm, steps=steps, seed=seed)
     stamp.write_text(json.dumps(settings))
     print(f"[tiny_math] warm start done in {time.perf_counter() - t:.0f} s -> {warm}", flush=True)
     return warm

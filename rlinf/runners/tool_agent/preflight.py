@@ -15,5 +15,5 @@ from rlinf.runners.preflight import Asset
 _TINY_TOOL = "python -m toolkits.tool_agent.prepare --out {parent}"
 #: what the tiny tool-agent configs read and the command that makes it (it trains the warm start:
 #: minutes, so a run that misses it stops with the command instead of making it)
-TOOL_AGENT_ASSETS = tuple(Asset(key, "results/tiny_tool/warm", _TINY_TOOL, "about 5 minutes on 2 CPU cores")
+TOOL_AGENT_ASSETS = tuple(Asset(key, "results/tiny_tool/warm", _TINY_TOOL, "it trains a 1600-step warm start: minutes")
                           for key in ("actor.model.model_path", "rollout.model.model_path"))
