@@ -22,8 +22,11 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
+
+import yaml
 
 from rlinf.config.root import resolve_hydra
 from rlinf.runners.memory_check import estimate
@@ -36,14 +39,10 @@ def load_config(path: str) -> tuple[Any, dict, Any]:
     """The typed root config of a YAML file (Hydra-composed when it has ``defaults:``, data paths
     not checked), the resolved raw tree and the recipe it names
     (:func:`~rlinf.runners.registry.recipe_for`)."""
-    import os
-
-    import yaml
-
     with open(path, encoding="utf-8") as f:
         raw = yaml.safe_load(f)
     if isinstance(raw, dict) and "defaults" in raw:
-        from hydra import compose, initialize_config_dir
+        from hydra import compose, initialize_config_dir  # Hydra only for a file with defaults (its import is slow)
 
         os.environ.setdefault("REPO_PATH", os.getcwd())
         with initialize_config_dir(os.path.dirname(os.path.abspath(path)), version_base="1.3"):
