@@ -156,7 +156,14 @@ class EnvConfig:
         use_rel_reward: reward is the difference between this step's and the previous step's
             (scaled) reward.
         reward_coef: scale of the simulator's reward.
-        seed: seed of the reset-state draws (same seed, same sequence of initial states).
+        seed: seed of the reset-state draws (same seed, same sequence of initial states);
+            ``env.eval``: episode ``i`` of an evaluation has the seed ``seed + i`` (its initial
+            state and, for flow / π0 policies, its policy noise). Must be >= 0.
+        num_episodes: ``env.eval`` only: episodes of one evaluation, played in rounds of
+            ``total_num_envs`` (one episode per environment per round; the surplus of the last
+            round is padding, not counted); null = ``total_num_envs`` (one round). The same
+            episodes, whatever the number of env processes, environments per process or pipeline
+            stages (our key).
         group_size: environments per group sharing an initial state.
         video_cfg: see :class:`VideoConfig`.
         init_params: see :class:`EnvInitParams`.
@@ -190,6 +197,7 @@ class EnvConfig:
     use_rel_reward: bool = False
     reward_coef: float = 1.0
     seed: int = 0
+    num_episodes: int | None = None
     group_size: int = 1
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
     init_params: EnvInitParams = field(default_factory=EnvInitParams)
@@ -211,8 +219,16 @@ class EnvConfig:
             return METAWORLD_MAX_PATH_LENGTH
         return None
 
+    @property
+    def eval_episodes(self) -> int:
+        """Episodes of one evaluation: ``num_episodes``, else ``total_num_envs`` (one round)."""
+        return int(self.num_episodes if self.num_episodes is not None else self.total_num_envs or 0)
+
     def validate(self, path: str) -> None:
         check(self.group_size >= 1, f"{path}.group_size", f"must be >= 1, got {self.group_size}")
+        check(self.seed >= 0, f"{path}.seed", f"must be >= 0, got {self.seed}")
+        check(self.num_episodes is None or self.num_episodes >= 1, f"{path}.num_episodes",
+              f"must be >= 1 (or null: total_num_envs), got {self.num_episodes}")
         if self.total_num_envs is not None:
             check(self.total_num_envs >= 1, f"{path}.total_num_envs",
                   f"must be >= 1 or null, got {self.total_num_envs}")
@@ -302,3 +318,15 @@ class EnvSectionConfig:
     channel: ChannelRef = field(default_factory=lambda: ChannelRef(name="env_buffer_list",
                                                                    queue_name="obs_buffer"))
     enable_offload: bool = False
+
+    #: the largest seed a simulator takes (ManiSkill seeds below 2**31 - 1)
+    MAX_SEED = 2**31 - 2
+
+    def validate(self, path: str) -> None:
+        check(self.train.num_episodes is None, f"{path}.train.num_episodes",
+              "counts evaluation episodes; only env.eval reads it: remove it (training rollouts play "
+              "total_num_envs x rollout_epoch episodes)")
+        last = self.eval.seed + max(self.eval.eval_episodes, 1) - 1
+        check(last <= self.MAX_SEED, f"{path}.eval.seed",
+              f"{self.eval.seed} + {self.eval.eval_episodes} episodes reaches {last}; episode seeds must stay "
+              f"<= {self.MAX_SEED}")

@@ -83,9 +83,11 @@ CONSUMERS = {
     "runner.max_prompt_length": ("rlinf/runners/embodied/loop.py", "cfg.runner.max_prompt_length"),
     # every recipe's resume checks (the web recipe's: rlinf/runners/web_agent/preflight.py)
     "runner.resume_unverified": ("rlinf/runners/preflight.py", "resume_unverified=runner.resume_unverified"),
+    "runner.deterministic": ("rlinf/runners/embodied_offpolicy/loop.py", "cfg.runner.deterministic"),
     "rollout.enable_offload": ("rlinf/runners/math/pipeline.py", "cfg.rollout.enable_offload"),
     "actor.model.low_cpu_mem_usage": ("rlinf/engines/training/fsdp.py", "cfg.model.low_cpu_mem_usage"),
     "actor.model.val_micro_batch_size": ("rlinf/workers/rollout/policy_worker.py", "model.val_micro_batch_size"),
+    "env.eval.num_episodes": ("rlinf/config/env.py", "self.num_episodes if self.num_episodes is not None"),
     "actor.tokenizer.use_fast": ("rlinf/data/tokenizer.py", "settings.use_fast"),
     "actor.calculate_flops": ("rlinf/workers/actor/fsdp_actor.py", "actor.calculate_flops"),
     "algorithm.use_valid_token_scale": ("rlinf/workers/actor/fsdp_actor.py", "algorithm.use_valid_token_scale"),
@@ -107,6 +109,7 @@ REFUSED_BY_CHECKS = {
     ("embodied", "critic.use_critic_model"),
     ("embodied", "algorithm.length_params.max_new_token"), ("embodied", "algorithm.length_params.max_length"),
     ("embodied", "algorithm.length_params.min_length"),
+    ("embodied", "env.train.num_episodes"), ("offpolicy", "env.train.num_episodes"),  # evaluation episodes only
 }
 
 

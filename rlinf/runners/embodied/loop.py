@@ -14,7 +14,9 @@ version (the PPO ratio is taken against the recorded behaviour log-probs). Evalu
 checkpoints first collect the rollout in flight and sync the newest weights.
 
 Evaluation (deterministic actions on the eval envs, videos when ``env.eval.video_cfg.save_video``)
-runs before the first step, every ``runner.val_check_interval`` steps and after the last. With
+runs before the first step, every ``runner.val_check_interval`` steps and after the last: the
+``env.eval.num_episodes`` seeded episodes of :mod:`rlinf.runners.embodied.evaluation`, the same
+outcomes for the same weights whatever the layout, written to ``eval/episodes.jsonl``. With
 ``env.train.video_cfg.save_video`` the training rollouts feeding the first and every
 ``val_check_interval``-th update are recorded too (``train_step<N>_rank<r>.mp4``).
 """
@@ -34,8 +36,10 @@ from rlinf.models.embodied.base import ObsSpec
 from rlinf.models.embodied.factory import PI0_TYPES
 from rlinf.objectives.embodied import embodied_advantages
 from rlinf.runners import checkpoint as ckpt
+from rlinf.runners.embodied.evaluation import Evaluation
 from rlinf.runners.schedule import Schedule, ScheduledRunner
 from rlinf.scheduler import Cluster, Mode, PipeLink, PlacementPlan, SchedulerError, TensorLink, WorkerGroup
+from rlinf.utils.eval_episodes import EvalRound
 from rlinf.utils.metric_logger import MetricLogger
 from rlinf.workers.actor.embodied_actor import EmbodiedActorWorker
 from rlinf.workers.env.env_worker import EnvWorker
@@ -151,6 +155,7 @@ class EmbodiedRunner(ScheduledRunner):
         self._in_flight = None  # a train rollout started ahead of the update (ahead == 1)
         self._collected = None  # its result, collected early (evaluation, checkpoint)
         self._synced = -1       # the actor step the rollout workers hold
+        self.evaluation = Evaluation(cfg)
         self.sync_weights()  # the rollout group starts from the actor's initial weights
 
     # ---- one training step ------------------------------------------------------------------
@@ -195,20 +200,23 @@ class EmbodiedRunner(ScheduledRunner):
                 # ahead: the rollout ran during the last update, so the whole step is its cycle
                 "throughput/env_steps_per_s": steps / max(elapsed if self.ahead else t_rollout, 1e-9)}
 
-    def rollout(self, split: str, seed: int, record: bool,
-                video_name: str | None = None) -> tuple[list[Trajectory], EpisodeStats]:
-        """One pass of ``split``'s envs: env workers step, rollout workers act (pipelined)."""
-        return self._finish_rollout(self._start_rollout(split, seed, record, video_name))
+    def rollout(self, split: str, seed: int, record: bool, video_name: str | None = None,
+                eval_round: EvalRound | None = None) -> tuple[list[Trajectory], EpisodeStats]:
+        """One pass of ``split``'s envs: env workers step, rollout workers act (pipelined);
+        ``eval_round``: the envs play that round of the evaluation's episodes."""
+        return self._finish_rollout(self._start_rollout(split, seed, record, video_name, eval_round))
 
-    def _start_rollout(self, split: str, seed: int, record: bool, video_name: str | None = None) -> tuple:
+    def _start_rollout(self, split: str, seed: int, record: bool, video_name: str | None = None,
+                       eval_round: EvalRound | None = None) -> tuple:
         env_cfg = self.cfg.env.train if split == "train" else self.cfg.env.eval
         steps = -(-(env_cfg.episode_steps or 50) // self.cfg.actor.model.policy.num_action_chunks)
         tag = f"{split}{self._rollouts}"
         self._rollouts += 1
         if self.offload_actor:
             self.groups.actor.offload().wait()
-        env_call = self.groups.env.execute("run", split, tag, steps, seed, video_name)
-        roll_call = self.groups.rollout.execute("run", tag, steps, seed, split == "eval", record)
+        env_call = self.groups.env.execute("run", split, tag, steps, seed, video_name, True, eval_round)
+        roll_call = self.groups.rollout.execute("run", tag, steps, seed, split == "eval", record,
+                                                None if eval_round is None else self.evaluation.forward_batch)
         return env_call, roll_call, self._synced
 
     def _collect(self) -> tuple[list[Trajectory], EpisodeStats, int]:
@@ -268,12 +276,18 @@ class EmbodiedRunner(ScheduledRunner):
 
     # ---- evaluation ---------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
-        """Deterministic actions on the eval envs (the same initial states every time)."""
+        """Deterministic actions on the evaluation's episodes (:class:`Evaluation`: the same
+        episodes every time, in rounds of ``env.eval.total_num_envs``; the first round filmed
+        when ``env.eval.video_cfg.save_video``)."""
         self._settle()
         video = self.cfg.env.eval.video_cfg.save_video
-        _, stats = self.rollout("eval", seed=self.cfg.env.eval.seed, record=False,
-                                video_name=f"eval_step{self.step}" if video else None)
-        return stats.metrics("eval")
+
+        def play(rnd: EvalRound) -> EpisodeStats:
+            name = f"eval_step{self.step}" if video and rnd.index == 0 else None
+            return self.rollout("eval", seed=self.cfg.env.eval.seed, record=False, video_name=name,
+                                eval_round=rnd)[1]
+
+        return self.evaluation.run(play, self.step, self.schedule.only_eval)
 
     # ---- checkpoints and outputs --------------------------------------------------------------
     @property
@@ -302,6 +316,7 @@ class EmbodiedRunner(ScheduledRunner):
             self.groups.rollout.load_state_norm(torch.load(norm_file, weights_only=True)).wait()
         self.step, self._rollouts = int(state["step"]), int(state["rollouts"])
         self.history = list(state["history"])
+        self.evaluation.resume_step = self.step
         self.sync_weights()
 
     def export(self) -> str:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlinf.runners import checkpoint as ckpt
+from rlinf.runners.embodied.evaluation import Evaluation
 from rlinf.runners.embodied.loop import EmbodiedGroups
 from rlinf.runners.schedule import Schedule, ScheduledRunner
 from rlinf.scheduler import Channel, Cluster, PipeLink, PlacementPlan, SchedulerError, TensorLink, WorkerGroup
@@ -161,6 +162,7 @@ class OffPolicyRunner(ScheduledRunner):
         self._stats = EpisodeStats()  # episodes finished since the last step's metrics
         self._rollout_version = 0     # weights the rollout workers act with
         self._rows_base = 0           # transitions the buffer had received when this fit began
+        self.evaluation = Evaluation(cfg)  # the seeded eval episodes and eval/episodes.jsonl
         counters = groups.actor.execute("counters").wait()[0]
         self._actor_version = counters["version"]
         print_fn(f"[rlinf] replay buffer: {counters['capacity']} transitions of {counters['row_floats']} numbers, "
@@ -256,19 +258,25 @@ class OffPolicyRunner(ScheduledRunner):
 
     # ---- evaluation ---------------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
-        """Deterministic actions on the eval envs (the same initial states every time)."""
+        """Deterministic actions on the evaluation's seeded episodes
+        (:class:`~rlinf.runners.embodied.evaluation.Evaluation`), one eval rollout per round."""
         self._settle()
         env_cfg = self.cfg.env.eval
         steps = env_cfg.episode_steps or 50
-        tag = f"eval{self._rollouts}"
-        self._rollouts += 1
-        video = f"eval_step{self.step}" if env_cfg.video_cfg.save_video else None
-        env_call = self.groups.env.execute("run", "eval", tag, steps, env_cfg.seed, video)
-        self.groups.rollout.execute("run", tag, steps, env_cfg.seed, True, False).wait()
-        stats = EpisodeStats()
-        for s in env_call.wait():
-            stats = stats.merge(s)
-        return stats.metrics("eval")
+
+        def play(rnd) -> EpisodeStats:
+            tag = f"eval{self._rollouts}"
+            self._rollouts += 1
+            video = f"eval_step{self.step}" if env_cfg.video_cfg.save_video and rnd.index == 0 else None
+            env_call = self.groups.env.execute("run", "eval", tag, steps, env_cfg.seed, video, True, rnd)
+            self.groups.rollout.execute("run", tag, steps, env_cfg.seed, True, False,
+                                        self.evaluation.forward_batch).wait()
+            stats = EpisodeStats()
+            for s in env_call.wait():
+                stats = stats.merge(s)
+            return stats
+
+        return self.evaluation.run(play, self.step, self.schedule.only_eval)
 
     # ---- checkpoints and outputs --------------------------------------------------------------------
     @property
@@ -296,6 +304,7 @@ class OffPolicyRunner(ScheduledRunner):
         self.step, self._rollouts = int(state["step"]), int(state["rollouts"])
         self.env_steps = self._started_steps = int(state.get("env_steps", 0))
         self.history = list(state["history"])
+        self.evaluation.resume_step = self.step
         self._actor_version = counters["version"]
         self.sync_weights()
 

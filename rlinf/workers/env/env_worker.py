@@ -13,6 +13,12 @@ Every message after a chunk carries ``final_states``: the state observation in w
 that ended during the chunk ended, so off-policy transitions ``(s, a, r, s')`` stay exact across
 auto-resets. ``run(..., reset=False)`` continues the live episodes of the previous rollout of that
 split instead of resetting (off-policy collection in short segments; needs ``auto_reset``).
+
+An evaluation round (``run(..., eval_round=EvalRound)``) resets every environment into the
+initial state of the episode its slot plays (:class:`~rlinf.utils.eval_episodes.EvalRound`;
+global slot = (rank x stages + stage) x envs per stage + row), sends the episode seeds with the
+first observations, plays one episode per environment (padding rows idle from the start) and
+returns each episode's record in ``EpisodeStats.episodes``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from rlinf.engines.simulators.base import EnvObs, VectorEnv
 from rlinf.engines.simulators.video import VideoRecorder
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.scheduler import Worker
+from rlinf.utils.eval_episodes import EvalRound, episode_state_id
 from rlinf.workers.env.messages import ENV_POLICY_PIPE, EpisodeStats, ObsMessage, action_key, obs_key
 
 
@@ -102,7 +109,7 @@ class EnvWorker(Worker):
         return obs_spec_of(env, env.reset(seed=0))
 
     def run(self, split: str, tag: str, num_steps: int, seed: int,
-            video_name: str | None = None, reset: bool = True) -> EpisodeStats:
+            video_name: str | None = None, reset: bool = True, eval_round: EvalRound | None = None) -> EpisodeStats:
         """Serve one rollout of ``num_steps`` policy steps; returns the finished episodes.
 
         Every stage is reset with ``seed`` (+ stage) first; with ``reset=False`` the environments
@@ -110,21 +117,23 @@ class EnvWorker(Worker):
         sent first; the first rollout still resets), so episodes run across rollouts (needs
         ``auto_reset``). With ``video_name`` the first stage's environments are recorded
         (``env.<split>.video_cfg``) to ``<video_base_dir>/<name>.mp4``. The rollout worker at the
-        other end of this worker's pipe serves the same ``tag`` and ``num_steps``.
+        other end of this worker's pipe serves the same ``tag`` and ``num_steps``. With
+        ``eval_round`` the environments play that round's episodes instead (see the module
+        docstring; ``seed`` is then unused).
         """
         (pipe,) = self.pipes(ENV_POLICY_PIPE).values()
         try:
             if not reset and not self._split_cfg(split).auto_reset:
                 raise ValueError(f"env.{split}.auto_reset is false: a rollout that continues the previous one "
                                  "needs auto-reset environments")
-            return self._serve(pipe, split, tag, num_steps, seed, video_name, reset)
+            return self._serve(pipe, split, tag, num_steps, seed, video_name, reset, eval_round)
         except BaseException as exc:
             pipe.send_error(f"env worker {self.rank} ({split}): "
                             + "".join(traceback.format_exception_only(type(exc), exc)).strip())
             raise
 
     def _serve(self, pipe, split: str, tag: str, num_steps: int, seed: int,
-               video_name: str | None, reset: bool = True) -> EpisodeStats:
+               video_name: str | None, reset: bool = True, eval_round: EvalRound | None = None) -> EpisodeStats:
         envs, cfg = self.envs(split), self._split_cfg(split)
         stats = EpisodeStats()
         recorder = None
@@ -132,17 +141,28 @@ class EnvWorker(Worker):
             recorder = VideoRecorder(cfg.video_cfg.video_base_dir, fps=cfg.video_cfg.fps,
                                      info_on_video=cfg.video_cfg.info_on_video)
         live = self._live.pop(split, {})
+        trackers: list[_EpisodeTracker | None] = [None] * len(envs)
         for s, env in enumerate(envs):
-            obs = live.get(s) if not reset else None
-            if obs is None:
-                obs = env.reset(seed=seed * 1000 + self.rank * self.stages + s)
+            if eval_round is not None:
+                obs, trackers[s] = self._reset_round(env, s, eval_round, cfg)
+            else:
+                obs = live.get(s) if not reset else None
+                if obs is None:
+                    obs = env.reset(seed=seed * 1000 + self.rank * self.stages + s)
             if recorder is not None and s == 0:
                 recorder.add(env.render())
-            pipe.send(ObsMessage(obs=obs, reset_state_ids=torch.as_tensor(env.reset_state_ids)),
+            pipe.send(ObsMessage(obs=obs, reset_state_ids=torch.as_tensor(env.reset_state_ids),
+                                 episode_seeds=None if trackers[s] is None else torch.as_tensor(trackers[s].seeds)),
                       key=obs_key(tag, self.rank, s))
-        # Without auto_reset an environment plays one episode per rollout: once it ends, later
-        # steps of the rollout earn nothing and do not count as further episodes.
-        finished = [None if cfg.auto_reset else torch.zeros(env.num_envs, dtype=torch.bool) for env in envs]
+        # Without auto_reset (and in an evaluation round) an environment plays one episode per
+        # rollout: once it ends, later steps of the rollout earn nothing and do not count as
+        # further episodes. Padding rows of an evaluation round are finished from the start.
+        finished = [None if cfg.auto_reset and eval_round is None else torch.zeros(env.num_envs, dtype=torch.bool)
+                    for env in envs]
+        for s, tracker in enumerate(trackers):
+            if tracker is not None and not all(e >= 0 for e in tracker.episodes):
+                finished[s] |= torch.as_tensor([e < 0 for e in tracker.episodes])
+                envs[s].set_idle(finished[s])
         # With 2+ stages and simulator processes the last step of a stage's chunk is left running
         # in those processes while this worker finishes the previous stage (waits for its step,
         # sends its observations) and receives the next stage's actions: the simulators of two
@@ -155,7 +175,8 @@ class EnvWorker(Worker):
         for _ in range(num_steps):
             for s, env in enumerate(envs):
                 actions = pipe.recv(key=action_key(tag, self.rank, s))
-                run = _ChunkRun(env, s, self.num_action_chunks, finished[s], stats, recorder if s == 0 else None)
+                run = _ChunkRun(env, s, self.num_action_chunks, finished[s], stats, recorder if s == 0 else None,
+                                trackers[s])
                 run.start(actions)
                 if pending is not None:
                     self._finish(pending, pipe, tag, live)
@@ -167,9 +188,25 @@ class EnvWorker(Worker):
             self._finish(pending, pipe, tag, live)
         if recorder is not None and len(recorder):
             recorder.save(f"{video_name}_rank{self.rank}")
+        for tracker in trackers:
+            if tracker is not None:
+                stats.episodes += tracker.records()
         if cfg.auto_reset and len(live) == len(envs):  # a later run(reset=False) goes on from here
             self._live[split] = live
         return stats
+
+    def _reset_round(self, env: VectorEnv, stage: int, eval_round: EvalRound,
+                     cfg: EnvConfig) -> tuple[EnvObs, _EpisodeTracker]:
+        """Reset ``env`` (stage ``stage``) into the initial states of the episodes its rows play
+        in ``eval_round`` (padding rows: state 0)."""
+        n = env.num_envs
+        first = (self.rank * self.stages + stage) * n
+        episodes, seeds = eval_round.episodes(first, n), eval_round.seeds(first, n)
+        states = getattr(env, "num_reset_states", None)
+        obs = env.reset(reset_state_ids=[episode_state_id(s, states) if s >= 0 else 0 for s in seeds])
+        name = cfg.init_params.id or cfg.task_suite_name or cfg.env_type
+        tasks = [d or name for d in obs.task_descriptions] if obs.task_descriptions else [name] * n
+        return obs, _EpisodeTracker(episodes, seeds, tasks)
 
     def _finish(self, run: _ChunkRun, pipe, tag: str, live: dict[int, EnvObs]) -> None:
         msg = run.finish()
@@ -229,9 +266,11 @@ class _ChunkRun:
     """
 
     def __init__(self, env: VectorEnv, stage: int, num_action_chunks: int,
-                 finished: torch.Tensor | None, stats: EpisodeStats, recorder: VideoRecorder | None):
+                 finished: torch.Tensor | None, stats: EpisodeStats, recorder: VideoRecorder | None,
+                 tracker: _EpisodeTracker | None = None):
         n = env.num_envs
         self.env, self.stage, self.finished, self.stats, self.recorder = env, stage, finished, stats, recorder
+        self.tracker = tracker
         self.rewards = torch.zeros(n, num_action_chunks)
         self.done = torch.zeros(n, dtype=torch.bool)
         self.over = finished.clone() if finished is not None else torch.zeros(n, dtype=torch.bool)
@@ -262,6 +301,8 @@ class _ChunkRun:
             ids = torch.nonzero(ended).view(-1)
             self.stats.add(info["episode_return"].cpu()[ids], info["episode_length"].cpu()[ids],
                            info["success_once"].cpu()[ids])
+            if self.tracker is not None:
+                self.tracker.ended(ids.tolist(), info)
             last = res.final_obs if res.final_obs is not None else res.obs
             if last.states is not None:  # every end, terminated or cut: the off-policy s'
                 states = last.states.cpu()
@@ -274,6 +315,8 @@ class _ChunkRun:
                 self.final = last.clone() if self.final is None else _merge_rows(self.final, last, cut)
                 self.truncated |= cut
         self.terminated |= res.terminations.cpu() & live
+        if self.tracker is not None:
+            self.tracker.last = res.infos
         self.done |= ended
         if self.finished is not None:
             self.finished |= ended
@@ -282,6 +325,33 @@ class _ChunkRun:
         if self.recorder is not None:
             self.recorder.add(self.env.render(), rewards=res.rewards.tolist(), successes=res.successes.tolist())
         self.chunk_step += 1
+
+
+class _EpisodeTracker:
+    """The episodes one stage's rows play in an evaluation round, and their records."""
+
+    def __init__(self, episodes: list[int], seeds: list[int], tasks: list[str]):
+        self.episodes, self.seeds, self.tasks = episodes, seeds, tasks
+        self._records: dict[int, dict] = {}
+        self.last: dict[str, torch.Tensor] | None = None  # the infos of the latest step
+
+    def ended(self, rows: list[int], info: dict[str, torch.Tensor], ended: bool = True) -> None:
+        """Record the episodes of ``rows`` (not padding, not recorded yet) from step infos."""
+        returns, lengths = info["episode_return"].cpu(), info["episode_length"].cpu()
+        success = info["success_once"].cpu()
+        for r in rows:
+            if self.episodes[r] >= 0 and r not in self._records:
+                self._records[r] = {"episode": self.episodes[r], "seed": self.seeds[r], "task": self.tasks[r],
+                                    "success": bool(success[r]), "return": float(returns[r]),
+                                    "length": int(lengths[r]), "ended": ended}
+
+    def records(self) -> list[dict]:
+        """Every episode of the round; one the rollout cut before its end is recorded as it
+        stood after the last step (``ended`` false)."""
+        open_rows = [r for r, e in enumerate(self.episodes) if e >= 0 and r not in self._records]
+        if open_rows and self.last is not None:
+            self.ended(open_rows, self.last, ended=False)
+        return [self._records[r] for r in sorted(self._records)]
 
 
 def _merge_rows(base: EnvObs, new: EnvObs, rows: torch.Tensor) -> EnvObs:

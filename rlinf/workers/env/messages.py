@@ -32,6 +32,9 @@ class ObsMessage:
             filler), or None when no episode ended or the env gives no states. With auto-reset,
             ``obs`` already holds the next episode's first observation, so an off-policy
             transition's ``s'`` is this row (exact across resets).
+        episode_seeds: ``[n]`` int64, first message of an evaluation round only: the seed of the
+            episode each row plays (-1: a padding row, not counted;
+            :class:`~rlinf.utils.eval_episodes.EvalRound`); None otherwise.
     """
 
     obs: EnvObs
@@ -42,15 +45,19 @@ class ObsMessage:
     truncated: torch.Tensor | None = None
     reset_state_ids: torch.Tensor | None = None
     final_states: torch.Tensor | None = None
+    episode_seeds: torch.Tensor | None = None
 
 
 @dataclass
 class EpisodeStats:
-    """Finished episodes of a rollout (one entry per episode)."""
+    """Finished episodes of a rollout (one entry per episode); an evaluation round also lists
+    each of its episodes in ``episodes`` (dicts with
+    :data:`~rlinf.utils.eval_episodes.RECORD_FIELDS`)."""
 
     returns: list[float] = field(default_factory=list)
     lengths: list[float] = field(default_factory=list)
     successes: list[bool] = field(default_factory=list)
+    episodes: list[dict] = field(default_factory=list)
 
     def add(self, returns: torch.Tensor, lengths: torch.Tensor, successes: torch.Tensor) -> None:
         self.returns += returns.tolist()
@@ -59,7 +66,7 @@ class EpisodeStats:
 
     def merge(self, other: EpisodeStats) -> EpisodeStats:
         return EpisodeStats(self.returns + other.returns, self.lengths + other.lengths,
-                            self.successes + other.successes)
+                            self.successes + other.successes, self.episodes + other.episodes)
 
     def metrics(self, prefix: str) -> dict[str, float]:
         """``{prefix}/success_rate``, ``episode_return``, ``episode_length``, ``episodes``."""

@@ -11,6 +11,18 @@ With ``rollout.normalize_states`` the worker keeps running statistics of the sta
 received observation batch first updates them, then every state the policy sees (and the
 trajectory records) is ``clamp((s - mean) / std, +-state_norm_clip)``; evaluation uses them
 frozen. ``state_norm_state`` / ``load_state_norm`` move them to and from checkpoints.
+
+An evaluation round (``run(..., eval_batch=P)``; the env workers send each row's episode seed,
+:class:`~rlinf.utils.eval_episodes.EvalRound`) acts on each row so that an episode's actions do
+not depend on which slot plays it or beside which others. A row's floating-point result can depend
+on the batch shape and on the row's position in the batch (the matrix kernels treat the rows of a
+partial block differently: measured here on the CPU, an MLP action moved by up to 2e-9 between
+positions of a 6-row batch, enough to change a 10-step PushCube return from 0.739 to 0.784), but
+not on the other rows' values. So the rows of real episodes go through the policy in forward
+passes of exactly ``P`` rows, episode seed ``s`` at position ``s mod P`` (the rest filled with
+copies; consecutive episodes share a pass), and policies that draw noise even when acting
+deterministically (flow / π0: the initial noise) act one row at a time with the noise of that
+episode and step (:func:`~rlinf.utils.eval_episodes.noise_seed`). Padding rows get zeros.
 """
 
 from __future__ import annotations
@@ -26,9 +38,54 @@ from rlinf.data.embodied_batch import Trajectory
 from rlinf.engines.simulators.base import EnvObs
 from rlinf.models.embodied import build_policy
 from rlinf.models.embodied.base import ObsSpec, PolicyOutput
+from rlinf.models.embodied.factory import PI0_TYPES
 from rlinf.scheduler import Worker
+from rlinf.utils.eval_episodes import noise_seed
 from rlinf.workers.env.messages import ENV_POLICY_PIPE, ObsMessage, action_key, obs_key
 from rlinf.workers.links import POLICY_LINK
+
+#: policies whose deterministic action still starts from drawn noise (the flow's initial ``x_0``)
+NOISY_AT_EVAL = ("flow_mlp",) + PI0_TYPES
+
+
+def select_rows(inputs: dict, rows: list[int]) -> dict:
+    """The rows ``rows`` (in that order, repeats allowed) of policy keyword arguments.
+
+    >>> select_rows({"states": torch.arange(3.).view(3, 1), "instructions": ["a", "b", "c"], "images": None},
+    ...             [2, 2])
+    {'states': tensor([[2.],
+            [2.]]), 'instructions': ['c', 'c'], 'images': None}
+    """
+    out = {}
+    for k, v in inputs.items():
+        if isinstance(v, torch.Tensor):
+            out[k] = v[torch.as_tensor(rows, device=v.device)]
+        elif isinstance(v, list):
+            out[k] = [v[r] for r in rows]
+        else:
+            out[k] = v
+    return out
+
+
+def eval_passes(seeds: list[int], batch: int) -> list[list[int | None]]:
+    """The forward passes of an evaluation slot: each a list of ``batch`` positions holding the
+    index (into ``seeds``) of the row acted on there, or None (filler); the row of episode seed
+    ``s`` sits at position ``s mod batch``, so its result is the same in every layout.
+
+    >>> eval_passes([1003, 1004, 1005], 4)
+    [[1, 2, None, 0]]
+    >>> eval_passes([1003, 1004, 1005], 2)
+    [[1, 0], [None, 2]]
+    """
+    passes: list[list[int | None]] = []
+    for i, seed in enumerate(seeds):
+        pos = seed % batch
+        free = next((p for p in passes if p[pos] is None), None)
+        if free is None:
+            free = [None] * batch
+            passes.append(free)
+        free[pos] = i
+    return passes
 
 
 def policy_inputs(obs: EnvObs) -> dict:
@@ -94,12 +151,18 @@ class PolicyRolloutWorker(Worker):
         self.env_ranks = list(range(self.rank, env_world_size, self.world_size))
         self.stages = stages
         self.policy_version = 0
+        self.noisy_at_eval = (model.model_type or "").lower() in NOISY_AT_EVAL
 
     def run(self, tag: str, num_steps: int, seed: int, deterministic: bool = False,
-            record: bool = True) -> Trajectory | None:
+            record: bool = True, eval_batch: int | None = None) -> Trajectory | None:
         """Serve ``num_steps`` policy steps to this worker's env slots; returns the trajectory of
-        all its environments (slots joined along the env axis) when ``record``."""
-        return self._serve_env_pipes(self._serve, tag, num_steps, seed, deterministic, record)
+        all its environments (slots joined along the env axis) when ``record``. ``eval_batch``:
+        an evaluation round acted on at that fixed forward shape (see the module docstring;
+        deterministic, nothing recorded)."""
+        if eval_batch is not None and (record or not deterministic or eval_batch < 1):
+            raise ValueError(f"an evaluation round acts deterministically at a forward batch >= 1 and records "
+                             f"nothing; got record={record}, deterministic={deterministic}, eval_batch={eval_batch}")
+        return self._serve_env_pipes(self._serve, tag, num_steps, seed, deterministic, record, eval_batch)
 
     def _serve_env_pipes(self, serve, *args):
         """``serve(pipes, *args)`` over this worker's env pipes; an error is first sent down every
@@ -115,10 +178,11 @@ class PolicyRolloutWorker(Worker):
 
     @torch.no_grad()
     def _serve(self, pipes: dict, tag: str, num_steps: int, seed: int, deterministic: bool,
-               record: bool) -> Trajectory | None:
+               record: bool, eval_batch: int | None = None) -> Trajectory | None:
         gen = torch.Generator(device=self.device).manual_seed(seed * 1000 + self.rank)
         slots = [(e, s) for e in self.env_ranks for s in range(self.stages)]
         records = {slot: _SlotRecord() for slot in slots}
+        episode_seeds: dict[tuple[int, int], torch.Tensor | None] = {}
         has_values = None
         for t in range(num_steps + 1):
             for slot in slots:
@@ -129,6 +193,7 @@ class PolicyRolloutWorker(Worker):
                           for k, v in policy_inputs(msg.obs).items()}
                 if t == 0:
                     rec.reset_state_ids = msg.reset_state_ids
+                    episode_seeds[slot] = msg.episode_seeds
                 else:
                     rec.rewards.append(msg.rewards)
                     rec.dones.append(msg.dones)
@@ -136,7 +201,10 @@ class PolicyRolloutWorker(Worker):
                     rec.bootstrap.append(self._bootstrap(msg, has_values))
                 if record:
                     rec.observe(msg.obs)
-                if t < num_steps:
+                if t < num_steps and eval_batch is not None and episode_seeds[slot] is not None:
+                    actions = self._act_episodes(inputs, episode_seeds[slot].tolist(), t, eval_batch)
+                    pipes[slot[0]].send(actions.cpu(), key=action_key(tag, *slot))
+                elif t < num_steps:
                     out = self._act(inputs, deterministic, gen)
                     pipes[slot[0]].send(out.actions.cpu(), key=action_key(tag, *slot))
                     has_values = out.values is not None
@@ -164,6 +232,31 @@ class PolicyRolloutWorker(Worker):
             outs.append(self.policy.act(**part, deterministic=deterministic, generator=gen))
         return PolicyOutput(*(None if getattr(outs[0], f) is None else torch.cat([getattr(o, f) for o in outs])
                               for f in ("actions", "raw_actions", "logprobs", "values", "entropy")))
+
+    def _act_episodes(self, inputs: dict, seeds: list[int], step: int, batch: int) -> torch.Tensor:
+        """Deterministic actions ``[n, K, A]`` of an evaluation round's rows, each independent of
+        the layout (see the module docstring); ``seeds``: the rows' episode seeds (-1: padding,
+        given zeros)."""
+        rows = [r for r, s in enumerate(seeds) if s >= 0] or [0]  # all padding: act on one for the shape
+        acted: dict[int, torch.Tensor] = {}  # row -> its action chunk [K, A]
+        if self.noisy_at_eval:  # one row at a time, with its episode's noise
+            for r in rows:
+                gen = torch.Generator(device=self.device).manual_seed(noise_seed(max(seeds[r], 0), step))
+                acted[r] = self.policy.act(**select_rows(inputs, [r]), deterministic=True, generator=gen).actions[0]
+        else:  # forward passes of exactly `batch` rows, each episode at its own position
+            for placed in eval_passes([max(seeds[r], 0) for r in rows], batch):
+                at = [None if i is None else rows[i] for i in placed]
+                filler = next(r for r in at if r is not None)
+                gen = torch.Generator(device=self.device).manual_seed(step)  # unused by these policies
+                out = self.policy.act(**select_rows(inputs, [filler if r is None else r for r in at]),
+                                      deterministic=True, generator=gen).actions
+                acted.update({r: out[pos] for pos, r in enumerate(at) if r is not None})
+        some = next(iter(acted.values()))
+        actions = torch.zeros((len(seeds), *some.shape), dtype=some.dtype, device=some.device)
+        for r, action in acted.items():
+            if seeds[r] >= 0:
+                actions[r] = action
+        return actions
 
     def _normalized(self, msg: ObsMessage, update: bool) -> ObsMessage:
         """``msg`` with normalised states (obs and final_obs) when state normalisation is on;
