@@ -3,8 +3,11 @@
     python examples/embodiment/main_embodied.py --config-name maniskill_ppo_mlp_cpu
     python examples/embodiment/main_embodied.py --config-name toy_ppo_mlp runner.max_steps=5
     python examples/embodiment/main_embodied.py --config-name maniskill_sac_mlp_cpu
+    python examples/embodiment/main_embodied.py cluster.backend=local    # the same in this process, no Ray
 
-Run from the repository root. Shared env groups come from ``config/env/`` through
+Run from the repository root. The tiny configs' random-weight VLA / π0 folders and RLPD's
+demonstrations are made on first use (``toolkits.embodied.make_tiny_vla`` / ``make_demos``; one
+line says so). Shared env groups come from ``config/env/`` through
 ``hydra.searchpath`` (``REPO_PATH`` is set to this checkout when unset). Everything happens in
 :func:`rlinf.runners.recipe.run_recipe` with
 :data:`rlinf.runners.embodied.recipe.EMBODIED_RECIPE`; config errors name the key and stop before any

@@ -1,10 +1,13 @@
 """Web-agent RL on the shipped sites (WebGym's seeds 000 / 004): the Hydra entry point.
 
+    python -m toolkits.web_tasks.prepare --out results/tiny_web         # once: the tiny policy (minutes)
     python examples/web_agent/main.py                                   # tiny CPU online loop
+    python examples/web_agent/main.py cluster.backend=local             # the same in this process, no Ray
     python examples/web_agent/main.py --config-name rollout_train       # one train rollout (seed 004)
     python examples/web_agent/main.py --config-name rollout_test policy_config.base_model=...
 
-Run from the repository root (paths in the configs are relative to it). Everything happens in
+Run from the repository root (paths in the configs are relative to it); without the tiny policy
+a run stops with one line naming the prepare command. Everything happens in
 :func:`rlinf.runners.recipe.run_recipe` with
 :data:`rlinf.runners.web_agent.recipe.WEB_RECIPE`; config errors name the key and stop before any
 worker starts.
