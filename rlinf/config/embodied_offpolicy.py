@@ -251,17 +251,26 @@ class OffPolicyRunnerConfig(RunnerConfig):
         learner_threads: torch threads of the actor process (the learner's updates); null: in
             sync mode every core of its node (env and rollout workers wait while it updates), in
             async mode its slots' share of the node's cores (they simulate meanwhile). Our key.
+        deterministic: async mode in a fixed lockstep: collection k+1 runs while update k does,
+            acting with the weights of update k-1, and update k takes exactly the transitions of
+            collections 0..k, so a run repeats itself given its seed (sync mode is such a
+            lockstep already; there the key only adds the checks). Refuses ``max_minutes``.
+            Our key (docs/offpolicy.md, "Deterministic mode").
     """
 
     weight_sync_interval: int = 1
     rollout_mode: Literal["sync", "async"] = "sync"
     learner_threads: int | None = None
+    deterministic: bool = False
 
     def validate(self, path: str) -> None:
         check(self.weight_sync_interval >= 1, f"{path}.weight_sync_interval",
               f"must be >= 1, got {self.weight_sync_interval}")
         check(self.learner_threads is None or self.learner_threads >= 1, f"{path}.learner_threads",
               f"must be >= 1 or null (chosen from the mode), got {self.learner_threads}")
+        check(not (self.deterministic and self.max_minutes is not None), f"{path}.max_minutes",
+              f"{self.max_minutes}: a wall-time limit stops after however many steps fit, which "
+              f"{path}.deterministic: true cannot repeat; set null and bound the run with max_steps")
 
 
 def _no_changes(section: Any, default: Any, path: str, reason: str) -> None:

@@ -149,6 +149,39 @@ def test_rlpd_mixes_a_tiny_demo_file_into_every_batch(tmp_path):
     assert step["actor/target_mean"] > 20, step
 
 
+def _learning_metrics(folder) -> dict[int, dict]:
+    """Every metric of every step but the clock's (``time/*``, rates per second)."""
+    return {step: {k: v for k, v in m.items() if not k.startswith("time/") and not k.endswith("_per_s")}
+            for step, m in _metrics(folder).items()}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_runner_deterministic_repeats_a_run_exactly_given_its_seed(mode, tmp_path):
+    """runner.deterministic: true (async: the lockstep; sync mode is one by construction): two
+    runs with one seed log the same losses, returns, buffer, versions and evaluations at every
+    step, and another seed does not. Each update k learned from exactly collections 0..k; in the
+    async lockstep chunk k+1 acted with the weights of update k-1 (staleness exactly 1). On the
+    local backend (a Ray run with two rollout workers repeated exactly too: docs/offpolicy.md)."""
+    from rlinf.runners.embodied_offpolicy.recipe import run_offpolicy
+
+    runs = {}
+    for name, seed in (("a", 1), ("b", 1)) + ((("c", 2),) if mode == "async" else ()):
+        cfg = sac_config(tmp_path / name, mode, uniform_warmup=True, n_step=2)
+        cfg["cluster"]["backend"] = "local"
+        cfg["runner"].update(max_steps=4, val_check_interval=2, seed=seed, deterministic=True)
+        run_offpolicy(cfg, print_fn=lambda *_: None)
+        runs[name] = _learning_metrics(tmp_path / name)
+    a = runs["a"]
+    assert sorted(a) == [0, 1, 2, 3, 4] and all("eval/episode_return" in a[s] for s in (0, 2, 4))
+    assert a == runs["b"]
+    for step in (1, 2, 3, 4):
+        assert a[step]["replay/env_steps"] == step * T * ENVS and a[step]["actor/updates"] == UPDATES
+        assert a[step]["rollout/staleness"] == (0.0 if mode == "sync" or step == 1 else 1.0)
+    if mode == "async":
+        assert a[4]["actor/critic_loss"] != runs["c"][4]["actor/critic_loss"]
+        assert a[2]["eval/episode_return"] != runs["c"][2]["eval/episode_return"]
+
+
 # ---- bad input: one line, exit code 2, before Ray ---------------------------------------------------
 
 def _entry_error(cfg: dict, capsys) -> str:
@@ -170,6 +203,9 @@ BAD = {
     "tau": (lambda c: c["algorithm"].update(tau=0.0), "algorithm.tau: must be in (0, 1], got 0.0"),
     "learner_threads": (lambda c: c["runner"].update(learner_threads=0),
                         "runner.learner_threads: must be >= 1 or null (chosen from the mode), got 0"),
+    "deterministic_by_the_clock": (lambda c: c["runner"].update(deterministic=True, max_minutes=5),
+                                   "runner.max_minutes: 5.0: a wall-time limit stops after however many steps "
+                                   "fit, which runner.deterministic: true cannot repeat"),
     "no_q_head": (lambda c: c["actor"]["model"].update(model_type="mlp"),
                   "actor.model.model_type: mlp has no Q head"),
     "vla": (lambda c: c["actor"]["model"].update(model_type="openvla"),
@@ -289,3 +325,34 @@ def test_async_step_starts_the_next_collection_when_the_last_one_ended_during_th
     runner._start_segment = lambda: started.append(1) or (_Call(lambda: False), _Call(lambda: False))
     assert runner._async_update() == {"actor/version": 1.0}
     assert started == [1] and runner._actor_version == 1
+
+
+def test_async_step_goes_round_when_the_collection_ends_between_its_two_checks():
+    """The same deadlock by a narrower race: the collection is still running at the first check
+    and done by the time the calls to wait on are listed. Waiting on the update alone then never
+    returns; the step must go round, finish the collection and start the next."""
+    from types import SimpleNamespace as NS
+
+    from rlinf.runners.embodied_offpolicy.loop import OffPolicyRunner
+
+    runner = OffPolicyRunner.__new__(OffPolicyRunner)
+    started, checks = [], []
+
+    def segment_done() -> bool:  # running at the first look, done at every later one
+        checks.append(1)
+        return len(checks) > 1
+
+    def refuse_to_wait(*_):
+        raise AssertionError("waited on the update alone: no collection in flight (deadlock)")
+
+    update = _Call(lambda: bool(started))
+    update.backend = NS(wait_any=refuse_to_wait)
+    runner.cfg = NS(runner=NS(weight_sync_interval=1), algorithm=NS(update_epoch=4))
+    runner.groups = NS(actor=NS(execute=lambda *a, **k: update))
+    runner._segment = (_Call(segment_done),)
+    runner._rows_base, runner.step, runner.rows_per_collection = 0, 3, 64
+    runner._finish_segment = lambda segment: None
+    runner._start_segment = lambda: started.append(1) or (_Call(lambda: False),)
+    assert runner._async_update() == {"actor/version": 1.0}
+    assert started == [1]
+

@@ -16,6 +16,13 @@
     3. weights  <- pushed on the channel every weight_sync_interval steps; each rollout worker
                    loads them before its next policy step; staleness = versions behind
 
+    async + ``runner.deterministic: true`` (a fixed lockstep; chunk = one collection)
+    1. collect  <- chunk k+1 runs while update k does, acting with the weights sent (tensor link,
+                   every weight_sync_interval steps) after update k-1, before the chunk starts
+    2. update   <- update k takes exactly the transitions of chunks 0..k: it waits for chunk k
+                   and holds back chunk k+1 if it arrived already; then update_epoch updates
+    so the buffer's rows, each update's data and each chunk's weights do not depend on timing.
+
 Episodes run on across collections (env workers' ``run(..., reset=False)``); every transition's
 ``s'`` is the observation the step ended in, also where an auto-reset started the next episode
 (``ObsMessage.final_states``). Evaluation (deterministic actions, the eval envs, the newest
@@ -153,6 +160,7 @@ class OffPolicyRunner(ScheduledRunner):
         self.total_steps = cfg.runner.max_steps if cfg.runner.max_steps > 0 else cfg.runner.max_epochs
         self.history: list[dict[str, float]] = []
         self.async_mode = cfg.runner.rollout_mode == "async"
+        self.deterministic = cfg.runner.deterministic  # async: the lockstep (sync mode is one already)
         self.T = cfg.rollout_steps
         self.rows_per_collection = self.T * cfg.env.train.total_num_envs
         self.env_steps = 0            # env steps of finished collections
@@ -165,6 +173,7 @@ class OffPolicyRunner(ScheduledRunner):
         self.evaluation = Evaluation(cfg)  # the seeded eval episodes and eval/episodes.jsonl
         counters = groups.actor.execute("counters").wait()[0]
         self._actor_version = counters["version"]
+        self._chunks = int(counters["chunks"])  # train collections started (their numbers: 0, 1, ...)
         print_fn(f"[rlinf] replay buffer: {counters['capacity']} transitions of {counters['row_floats']} numbers, "
                  f"{counters['memory_mb']:.2f} MiB preallocated in the actor process"
                  + (f"; {counters['demos']} demonstration transitions" if counters["demos"] else ""))
@@ -175,14 +184,16 @@ class OffPolicyRunner(ScheduledRunner):
         t0 = time.perf_counter()
         steps_before = self.env_steps
         sync_s = 0.0
-        if self.async_mode:
+        if self.async_mode and self.deterministic:
+            actor_metrics, t_rollout, sync_s = self._lockstep_update()                               # 1-3
+        elif self.async_mode:
             actor_metrics = self._async_update()                                                     # 1, 2
             t_rollout = 0.0
         else:
             self._finish_segment(self._start_segment())                                               # 1
             t_rollout = time.perf_counter() - t0
             actor_metrics = self.groups.actor.execute("train_step", self.cfg.algorithm.update_epoch,
-                                                      items=self.groups.rollout.world_size).wait()[0]  # 2
+                                                      upto=self._chunks - 1).wait()[0]                # 2
             self._actor_version = int(actor_metrics["actor/version"])
             if (self.step + 1) % self.cfg.runner.weight_sync_interval == 0:                          # 3
                 t_sync = time.perf_counter()
@@ -216,18 +227,43 @@ class OffPolicyRunner(ScheduledRunner):
                 metrics = update.wait()[0]
                 self._actor_version = int(metrics["actor/version"])
                 return metrics
-            wait_first([update, *[c for c in self._segment if not c.done()]])
+            pending = [c for c in self._segment if not c.done()]
+            if pending:  # else the collection ended since the check above: go round and start the next
+                wait_first([update, *pending])  # (the likely cause of a hang seen at step 22, load ~40)
+
+    def _lockstep_update(self) -> tuple[dict[str, float], float, float]:
+        """Async steps 1-3 with ``runner.deterministic`` (see the module docstring): finish chunk
+        ``step`` (started during the previous step), send the weights of the last update when due,
+        start chunk ``step + 1`` and run update ``step`` on chunks 0..``step`` meanwhile. Returns
+        the update's metrics, the seconds spent waiting for the chunk and sending weights."""
+        k = self.step
+        t0 = time.perf_counter()
+        if self._segment is not None:
+            self._finish_segment(self._segment)
+            self._segment = None
+        while self._chunks < k + 1:  # the first step: nothing collected yet to overlap with
+            self._finish_segment(self._start_segment())
+        t1 = time.perf_counter()
+        if k % self.cfg.runner.weight_sync_interval == 0 and self._rollout_version < self._actor_version:
+            self.sync_weights()  # the rollout side is idle now: chunk k+1 acts with update k-1's weights
+        t2 = time.perf_counter()
+        self._segment = self._start_segment()
+        metrics = self.groups.actor.execute("train_step", self.cfg.algorithm.update_epoch, upto=k).wait()[0]
+        self._actor_version = int(metrics["actor/version"])
+        return metrics, t1 - t0, t2 - t1
 
     def _start_segment(self) -> tuple:
-        """Start one collection of ``T`` policy steps (env workers continue their episodes)."""
+        """Start one collection (chunk) of ``T`` policy steps (env workers continue their episodes)."""
         cfg = self.cfg
         tag = f"train{self._rollouts}"
         seed = cfg.runner.seed + self._rollouts
         self._rollouts += 1
         uniform = cfg.algorithm.uniform_warmup and self._started_steps < cfg.algorithm.replay_buffer.min_buffer_size
         self._started_steps += self.rows_per_collection
+        chunk, self._chunks = self._chunks, self._chunks + 1
         env_call = self.groups.env.execute("run", "train", tag, self.T, seed, None, False)
-        roll_call = self.groups.rollout.execute("collect", tag, self.T, seed, uniform, self.async_mode)
+        roll_call = self.groups.rollout.execute("collect", tag, self.T, seed, uniform,
+                                                self.async_mode and not self.deterministic, chunk)
         return env_call, roll_call
 
     def _finish_segment(self, segment: tuple) -> None:
@@ -286,7 +322,9 @@ class OffPolicyRunner(ScheduledRunner):
     def save_checkpoint(self) -> str:
         """The learner, its buffer (everything on the channel taken in first) and the driver's
         counters at the current step, whole or not at all."""
-        self._settle()
+        if self._segment is not None:  # the weights stay as they are: a save does not change the run
+            self._finish_segment(self._segment)
+            self._segment = None
         self.groups.actor.execute("ingest").wait()
 
         def write_parts(folder: str) -> None:
@@ -306,6 +344,7 @@ class OffPolicyRunner(ScheduledRunner):
         self.history = list(state["history"])
         self.evaluation.resume_step = self.step
         self._actor_version = counters["version"]
+        self._chunks = int(counters["chunks"])
         self.sync_weights()
 
     def fit(self, print_fn=print) -> dict[str, float]:

@@ -4,6 +4,8 @@
 Transitions arrive over the run's channel (:meth:`OffPolicyActorWorker.ingest`: one item per
 rollout segment of each rollout worker, folded to n-step by the rollout side with
 :class:`~rlinf.data.replay_buffer.NStepAccumulator`), or directly with :meth:`add_transitions`.
+Items enter the buffer in (segment number, rollout rank) order, whatever order they arrived in;
+sync mode and ``runner.deterministic`` take exactly the segments up to a given number per update.
 :meth:`update` runs ``num_updates`` learner updates on batches of ``batch_size`` (half from the
 demonstrations when there are some: RLPD's symmetric sampling), once the buffer holds
 ``min_buffer_size`` rows; :meth:`train_step` is ingest + update (+ in async mode the weight push).
@@ -69,6 +71,8 @@ class OffPolicyActorWorker(Worker):
         self.version = 0        # training steps that updated: the learner's policy version
         self.received = 0       # transitions ingested from the channel (or added)
         self.env_steps = 0      # env steps those transitions came from
+        self.chunks = 0         # rollout segments (chunks) taken in: numbers 0 .. chunks - 1
+        self._held: list[dict] = []  # items taken from the channel, not yet in the buffer (see ingest)
         self._stale: list[torch.Tensor] = []  # versions behind of the rows ingested since the last report
         torch.manual_seed(seed)
         self.settings, self.buffer_settings = settings, buffer
@@ -96,22 +100,37 @@ class OffPolicyActorWorker(Worker):
         self.received += int(rows["reward"].shape[0])
         return len(self.buffer)
 
-    def ingest(self, items: int = 0, min_rows: int = 0, timeout: float | None = None) -> int:
+    def ingest(self, items: int = 0, min_rows: int = 0, timeout: float | None = None,
+               upto: int | None = None) -> int:
         """Take transitions from the channel into the buffer: at least ``items`` items, then
         (waiting) until ``min_rows`` transitions have been received in all, then whatever else is
         already queued. Each item is one rollout segment of one rollout worker: ``rows`` (the
-        transition fields), ``versions`` (the policy version that acted, per row) and
-        ``env_steps``. Returns the items taken."""
+        transition fields), ``versions`` (the policy version that acted, per row), ``env_steps``,
+        and ``chunk`` / ``rank`` (the segment's number and the rollout worker's). Items enter the
+        buffer in (chunk, rank) order, whatever order they arrived in, so its rows do not depend on
+        which rollout worker finished first. With ``upto`` (sync mode and ``runner.deterministic``)
+        exactly the segments numbered up to ``upto`` enter: it waits for every rollout worker's
+        item of each, and holds back later segments' items until a later call. Returns the items
+        taken into the buffer."""
         if self.channel is None:
             return 0
-        taken = 0
-        while taken < items or self.received < min_rows:
-            self._absorb(self.channel.get(key=self.queue, timeout=timeout))
-            taken += 1
-        while self.channel.qsize(self.queue) > 0:
-            self._absorb(self.channel.get(key=self.queue, timeout=timeout))
-            taken += 1
-        return taken
+        if upto is not None:
+            wanted = {(c, r) for c in range(self.chunks, upto + 1) for r in range(self.rollout_world_size)}
+            while not wanted <= {_order(i) for i in self._held}:
+                self._held.append(self.channel.get(key=self.queue, timeout=timeout))
+            ready = [i for i in self._held if _order(i)[0] <= upto]
+            self._held = [i for i in self._held if _order(i)[0] > upto]
+        else:
+            rows = sum(int(i["rows"]["reward"].shape[0]) for i in self._held)
+            while len(self._held) < items or self.received + rows < min_rows:
+                self._held.append(self.channel.get(key=self.queue, timeout=timeout))
+                rows += int(self._held[-1]["rows"]["reward"].shape[0])
+            while self.channel.qsize(self.queue) > 0:
+                self._held.append(self.channel.get(key=self.queue, timeout=timeout))
+            ready, self._held = self._held, []
+        for item in sorted(ready, key=_order):  # stable: untagged items keep their arrival order
+            self._absorb(item)
+        return len(ready)
 
     def _absorb(self, item: dict) -> None:
         rows = {k: v.clone() for k, v in item["rows"].items()}  # channel tensors are shared memory
@@ -119,16 +138,17 @@ class OffPolicyActorWorker(Worker):
             self.add_transitions(rows)
             self._stale.append((self.version - item["versions"]).float())
         self.env_steps += int(item["env_steps"])
+        self.chunks = max(self.chunks, _order(item)[0] + 1)
 
     def train_step(self, num_updates: int, items: int = 0, min_rows: int = 0, push_every: int = 0,
-                   steps_done: int = 0) -> dict[str, float]:
-        """One training step of the off-policy loop: :meth:`ingest` (``items`` / ``min_rows`` as
-        there), then :meth:`update` with ``num_updates``; with ``push_every`` > 0 (async mode),
+                   steps_done: int = 0, upto: int | None = None) -> dict[str, float]:
+        """One training step of the off-policy loop: :meth:`ingest` (``items`` / ``min_rows`` /
+        ``upto`` as there), then :meth:`update` with ``num_updates``; with ``push_every`` > 0 (async mode),
         :meth:`push_weights` when this is training step number ``steps_done + 1`` and that is a
         multiple of ``push_every``. Returns the update's metrics plus the ingest's (transitions
         received, the staleness of the rows taken, the update-to-data ratio, timings)."""
         t0 = time.perf_counter()
-        taken = self.ingest(items, min_rows)
+        taken = self.ingest(items, min_rows, upto=upto)
         t1 = time.perf_counter()
         metrics = self.update(num_updates)
         t2 = time.perf_counter()
@@ -194,7 +214,7 @@ class OffPolicyActorWorker(Worker):
         """The worker's counters and the buffer's size (for the driver's start-up line and resume)."""
         per_row = sum(math.prod(shape) or 1 for shape, _ in self.buffer.spec.values())
         return {"version": self.version, "received": self.received, "env_steps": self.env_steps,
-                "updates": self.updates, "capacity": self.buffer.capacity, "row_floats": per_row,
+                "chunks": self.chunks, "updates": self.updates, "capacity": self.buffer.capacity, "row_floats": per_row,
                 "memory_mb": self.buffer.memory_bytes / 2**20, "size": len(self.buffer),
                 "demos": 0 if self.demos is None else len(self.demos)}
 
@@ -218,7 +238,8 @@ class OffPolicyActorWorker(Worker):
         os.makedirs(path, exist_ok=True)
         torch.save({"learner": self.learner.state_dict(), "generator": self.generator.get_state(),
                     "torch": torch.get_rng_state(), "updates": self.updates, "version": self.version,
-                    "received": self.received, "env_steps": self.env_steps}, os.path.join(path, "learner.pt"))
+                    "received": self.received, "env_steps": self.env_steps, "chunks": self.chunks},
+                   os.path.join(path, "learner.pt"))
         self.buffer.save(os.path.join(path, "replay_buffer.pt"))
 
     def load_checkpoint(self, path: str) -> None:
@@ -232,6 +253,7 @@ class OffPolicyActorWorker(Worker):
         self.version = int(state.get("version", 0))
         self.received = int(state.get("received", 0))
         self.env_steps = int(state.get("env_steps", 0))
+        self.chunks = int(state.get("chunks", 0))
         try:
             self.buffer.load(os.path.join(path, "replay_buffer.pt"))
         except (ValueError, FileNotFoundError) as exc:
@@ -240,3 +262,9 @@ class OffPolicyActorWorker(Worker):
                                  "buffer)") from None
             self.buffer = ReplayBuffer(self.buffer.capacity, self.buffer.spec, sample_window=self.buffer.sample_window)
             self.buffer_note = f"resumed with an empty replay buffer: {exc}"
+
+
+def _order(item: dict) -> tuple[int, int]:
+    """Where a channel item goes in the buffer: (segment number, rollout rank); (-1, 0) for an
+    item without them (added by hand)."""
+    return int(item.get("chunk", -1)), int(item.get("rank", 0))

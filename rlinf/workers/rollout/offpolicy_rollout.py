@@ -10,7 +10,8 @@ chunk's reward, the termination flag and ``s'``: the next observation, or, where
 ended, the observation it ended in (``ObsMessage.final_states``; with auto-reset the next
 observation already belongs to the next episode). A time-limit cut is not a termination (the
 target bootstraps through it). At the end of the segment one item goes on the channel:
-``{"rows": transition fields, "versions": policy version per row, "env_steps": n}``.
+``{"rows": transition fields, "versions": policy version per row, "env_steps": n, "chunk": the
+segment's number, "rank": this worker's}`` (the learner orders what it takes in by the last two).
 
 Weights arrive by the tensor link (``receive_weights``, sync mode) or on the channel
 (:meth:`poll_weights`, async mode: checked before every policy step, so the simulation never
@@ -68,16 +69,17 @@ class OffPolicyRolloutWorker(PolicyRolloutWorker):
         return self.policy_version
 
     def collect(self, tag: str, num_steps: int, seed: int, random_actions: bool = False,
-                poll: bool = False) -> dict[str, int]:
+                poll: bool = False, chunk: int = -1) -> dict[str, int]:
         """Serve one segment of ``num_steps`` policy steps to this worker's env slots (their env
         workers run ``run(split="train", tag, num_steps, ..., reset=False)``) and put its
         transitions on the channel; ``random_actions``: uniform actions in the env's bounds;
-        ``poll``: :meth:`poll_weights` before each step. Returns the transitions and env steps."""
-        return self._serve_env_pipes(self._collect, tag, num_steps, seed, random_actions, poll)
+        ``poll``: :meth:`poll_weights` before each step; ``chunk``: the segment's number (sent
+        with it). Returns the transitions, env steps and the policy version it acted with."""
+        return self._serve_env_pipes(self._collect, tag, num_steps, seed, random_actions, poll, chunk)
 
     @torch.no_grad()
     def _collect(self, pipes: dict, tag: str, num_steps: int, seed: int, random_actions: bool,
-                 poll: bool) -> dict[str, int]:
+                 poll: bool, chunk: int = -1) -> dict[str, int]:
         gen = torch.Generator(device=self.device).manual_seed(seed * 1000 + self.rank)
         slots = [(e, s) for e in self.env_ranks for s in range(self.stages)]
         acted: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, int]] = {}
@@ -104,7 +106,7 @@ class OffPolicyRolloutWorker(PolicyRolloutWorker):
                     acted[slot] = (states, actions[:, 0].float(), self.policy_version)
         out = {k: torch.cat([r[k] for r in rows]) for k in TRANSITION_FIELDS} if rows else \
             {k: torch.zeros(0) for k in TRANSITION_FIELDS}
-        self.channel.put({"rows": out, "env_steps": env_steps,
+        self.channel.put({"rows": out, "env_steps": env_steps, "chunk": int(chunk), "rank": self.rank,
                           "versions": torch.cat(versions) if versions else torch.zeros(0, dtype=torch.long)},
                          key=self.queue)
         return {"transitions": int(out["reward"].shape[0]), "env_steps": env_steps, "version": self.policy_version}
