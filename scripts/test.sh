@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: set up .venv (idempotent), then run the whole suite.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k channel`.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k channel`; `bash scripts/test.sh --quick`
+# is the developers' tier (tests/conftest.py: no test marked ray or slow).
 # Two pytest-xdist workers, one file each at a time (module fixtures stay in one process); the
 # suite is CPU-bound on 2 cores, so this only fills the gaps of start-ups and waits (17.3 -> 15.3-16.4
 # min here). `-n 0` (or RLINF_TEST_WORKERS=0) runs everything in one process.

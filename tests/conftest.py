@@ -43,6 +43,26 @@ def ray_cluster():
     fake.shutdown()
 
 
+def pytest_addoption(parser):
+    """``--quick``: the developers' tier (``bash scripts/test.sh --quick``), without the tests
+    marked ``ray`` (they start a Ray cluster) or ``slow`` (end-to-end runs, model builds)."""
+    parser.addoption("--quick", action="store_true", default=False,
+                     help="skip tests marked ray or slow (the developers' quick tier)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """With ``--quick``, deselect what the quick tier leaves out (reported as deselected)."""
+    if not config.getoption("quick"):
+        return
+    keep, drop = [], []
+    for item in items:
+        slow = item.get_closest_marker("ray") or item.get_closest_marker("slow")
+        (drop if slow else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_configure(config):
     """The controller (or the single process) picks the folder of stack dumps; xdist workers,
     started later from this process, inherit it through the environment."""
