@@ -1,7 +1,8 @@
-"""The scheduler layer: placement, Ray cluster, worker groups, channels, tensor transfer.
+"""The scheduler layer: placement, clusters, worker groups, channels, tensor transfer.
 
-It knows nothing about RL. Names are imported lazily so that ``rlinf.scheduler.placement``
-(pure Python) never imports Ray.
+It knows nothing about RL. A run's cluster carries its backend (:mod:`rlinf.scheduler.backend`:
+Ray, or ``cluster.backend: local`` in this process), chosen once; everything else asks it. Names
+are imported lazily so that ``rlinf.scheduler.placement`` (pure Python) never imports Ray.
 
 Example:
     >>> from rlinf.scheduler import plan_placement, ClusterShape
@@ -16,15 +17,16 @@ import importlib
 
 _EXPORTS = {
     "Cluster": "rlinf.scheduler.cluster",
-    "NodeInfo": "rlinf.scheduler.cluster",
+    "NodeInfo": "rlinf.scheduler.nodes",
+    "Backend": "rlinf.scheduler.backend",
     "Worker": "rlinf.scheduler.worker",
     "WorkerGroup": "rlinf.scheduler.worker_group",
     "GroupCall": "rlinf.scheduler.group_call",
     "wait_first": "rlinf.scheduler.group_call",
     "Channel": "rlinf.scheduler.channel",
     "ChannelTimeout": "rlinf.scheduler.channel",
-    "TensorLink": "rlinf.scheduler.transfer",
-    "PipeLink": "rlinf.scheduler.pipe",
+    "TensorLink": "rlinf.scheduler.links",
+    "PipeLink": "rlinf.scheduler.links",
     "Pipe": "rlinf.scheduler.pipe",
     "PipeClosedError": "rlinf.scheduler.pipe",
     "PipePeerError": "rlinf.scheduler.pipe",

@@ -16,63 +16,33 @@ one that would spread over several nodes that way is refused unless
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import socket
-from dataclasses import dataclass
-from pathlib import Path
 
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.errors import ClusterError, UnauthenticatedRayError
+from rlinf.scheduler.nodes import LOOPBACK, ClusterBase, NodeInfo, local_gpu_count
 from rlinf.scheduler.placement import ClusterShape, NodeGroup
+from rlinf.scheduler.ray_backend import WORKER_ENV, RayBackend, free_port_on
 from rlinf.scheduler.secret import RunSecret
+
+__all__ = ["GCS_TASK_EVENTS_KEPT", "LOOPBACK", "NODE_RANK_LABEL", "RAY_AUTH_MODE_ENV", "WORKER_ENV", "Cluster",
+           "NodeInfo", "check_cluster_before_start", "check_unauthenticated_attach", "free_port_on",
+           "ray_authenticated", "ray_target"]
 
 logger = logging.getLogger(__name__)
 
 NODE_RANK_LABEL = "rlinf.io/node-rank"
-
-#: where a private local cluster listens (nothing outside this machine can reach it)
-LOOPBACK = "127.0.0.1"
 
 #: Task events the GCS of a private local cluster keeps (Ray's default, 100 000, grows its RSS by
 #: ~3.3 KB per actor call until then: ~330 MiB; bench/bench_soak.py saw +31 % over 300 math steps).
 #: ``RAY_task_events_max_num_task_in_gcs`` in the environment wins.
 GCS_TASK_EVENTS_KEPT = 10_000
 
-#: Environment every worker process starts with (on top of the user's runtime_env).
-WORKER_ENV = {
-    # rlinf sets CUDA_VISIBLE_DEVICES per worker from the placement plan.
-    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
-}
 
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """One Ray node as the placement sees it."""
-
-    rank: int
-    node_id: str
-    ip: str
-    num_accelerators: int
-    has_gpus: bool
-    is_head: bool
-    num_cpus: int = 1
-
-    def threads_for(self, accelerators: int) -> int:
-        """Torch threads for a worker holding ``accelerators`` of this node's slots: the node's
-        cores shared out per slot (collocated workers take turns, so each gets its slots' share).
-
-        Example:
-            >>> NodeInfo(0, "n", "127.0.0.1", num_accelerators=2, has_gpus=False, is_head=True,
-            ...          num_cpus=16).threads_for(1)
-            8
-        """
-        return max(1, self.num_cpus * accelerators // max(1, self.num_accelerators))
-
-
-class Cluster:
-    """A Ray cluster with nodes ranked for placement (``cluster.backend: local``:
+class Cluster(ClusterBase):
+    """A Ray cluster with nodes ranked for placement; its :attr:`backend` is a
+    :class:`~rlinf.scheduler.ray_backend.RayBackend` (``cluster.backend: local``:
     :class:`~rlinf.scheduler.local.cluster.LocalCluster`, this process without Ray).
 
     Args:
@@ -107,13 +77,10 @@ class Cluster:
     ):
         import ray
 
-        from rlinf.scheduler.local import set_active
-
-        set_active(None)  # channels made from now on are Ray ones
         self.namespace = namespace
-        self._groups: list = []  # weak references to the worker groups launched on this cluster
         #: the run's key (:mod:`rlinf.scheduler.secret`): handed to every worker this cluster starts
         self.secret = RunSecret.new()
+        self.backend = RayBackend(self.secret)
         joined = ray.is_initialized()
         if not joined:  # refused before Ray starts when the node count is known
             check_unauthenticated_attach(num_nodes, allow_unauthenticated, address)
@@ -144,14 +111,13 @@ class Cluster:
             node_groups=tuple(node_groups),
         )
         self._check_shape(explicit=accelerators_per_node is not None)
-
-    is_local = False
+        self._adopt()  # channels this process creates from now on are this cluster's
 
     @classmethod
-    def from_config(cls, cfg: ClusterConfig, address: str | None = None) -> Cluster:
-        """Attach/start Ray for a validated ``cluster:`` section and adopt its node groups;
-        with ``cluster.backend: local`` a :class:`~rlinf.scheduler.local.cluster.LocalCluster`
-        instead (Ray is not imported).
+    def from_config(cls, cfg: ClusterConfig, address: str | None = None) -> ClusterBase:
+        """The run's cluster for a validated ``cluster:`` section: where its backend is chosen,
+        once. ``cluster.backend: ray``: attach/start Ray and adopt the node groups;
+        ``local``: a :class:`~rlinf.scheduler.local.cluster.LocalCluster` (Ray is not imported).
 
         Example:
             >>> cfg = ClusterConfig.from_dict({"num_nodes": 1, "accelerators_per_node": 2,
@@ -186,31 +152,6 @@ class Cluster:
                     "declare cluster.node_groups for nodes of different kinds"
                 )
 
-    def register_group(self, group) -> None:
-        """Remember a launched :class:`~rlinf.scheduler.WorkerGroup` (weakly), so a failure
-        can check whether a peer group's worker died."""
-        import weakref
-
-        self._groups = [ref for ref in self._groups if ref() is not None] + [weakref.ref(group)]
-
-    def live_groups(self) -> list:
-        """The registered groups not shut down yet."""
-        groups = [ref() for ref in getattr(self, "_groups", [])]
-        return [g for g in groups if g is not None and g.actors]
-
-    def node(self, rank: int) -> NodeInfo:
-        """The node with placement rank ``rank``."""
-        return self.nodes[rank]
-
-    def describe(self) -> str:
-        """One line per node: rank, IP, accelerators."""
-        lines = []
-        for n in self.nodes:
-            kind = "GPU" if n.has_gpus else "logical slot"
-            lines.append(f"node {n.rank}: {n.ip} ({n.num_accelerators} {kind}(s){', head' if n.is_head else ''})")
-        return "\n".join(lines)
-
-
 def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -> None:
     """What can be known about the cluster before Ray starts: a private local cluster (no
     ``address``, no ``RAY_ADDRESS``) is this one machine, so ``cluster.num_nodes`` must be 1 and
@@ -229,10 +170,10 @@ def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -
     from rlinf.utils.typed_config import ConfigError
 
     if cfg.backend == "local":  # no Ray: this machine, one process per group
-        from rlinf.scheduler.local.cluster import check_local_config, check_local_plan
+        from rlinf.scheduler.local.checks import check_local_config, check_local_plan
 
         check_local_config(cfg)
-        gpus = _local_gpu_count()
+        gpus = local_gpu_count()
         if gpus and cfg.accelerators_per_node is not None and cfg.accelerators_per_node > gpus:
             raise ConfigError("cluster.accelerators_per_node", f"{cfg.accelerators_per_node}, but this "
                               f"machine has {gpus} GPU(s)")
@@ -246,7 +187,7 @@ def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -
         raise ConfigError("cluster.num_nodes", f"{cfg.num_nodes}, but the run starts a private local Ray "
                           "cluster of 1 node (this machine); to use several nodes start Ray on them "
                           "(ray start) and set RAY_ADDRESS")
-    gpus = _local_gpu_count()
+    gpus = local_gpu_count()
     if gpus and cfg.accelerators_per_node is not None and cfg.accelerators_per_node > gpus:
         raise ConfigError("cluster.accelerators_per_node", f"{cfg.accelerators_per_node}, but this machine "
                           f"has {gpus} GPU(s)")
@@ -298,15 +239,6 @@ def check_unauthenticated_attach(num_nodes: int | None, allowed: bool, address: 
         f"who reaches its ports can run code on every node. Start the cluster with {RAY_AUTH_MODE_ENV}=token "
         f"and set {RAY_AUTH_MODE_ENV}=token (and its token) for this run, or set "
         "cluster.allow_unauthenticated_ray: true on a network only you can reach")
-
-
-def _local_gpu_count() -> int:
-    """CUDA devices this process can see (0 without torch or CUDA)."""
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def ray_target(address: str | None) -> tuple[str, str]:
@@ -391,65 +323,3 @@ def _label_rank(node: dict, count: int) -> int:
             f"node {node['NodeManagerAddress']} ({node['NodeID'][:8]}): {NODE_RANK_LABEL}={value!r} "
             f"is not a node rank; use 0-{count - 1}")
     return int(value)
-
-
-_ISSUED_PORTS: dict[str, set[int]] = {}
-
-
-def free_port_on(node: NodeInfo) -> int:
-    """A TCP port that is free right now on ``node`` and was not handed out before by this driver.
-
-    The port is picked below the node's ephemeral range (``ip_local_port_range``), so that the
-    outgoing connections Ray and gloo keep opening cannot take it between the pick and the worker's
-    ``listen``; and a port handed out once (to a group that may still be starting, or to one whose
-    killed process the kernel has not released yet) is never handed out again by this driver.
-    """
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    issued = _ISSUED_PORTS.setdefault(node.node_id, set())
-    task = _free_port_task().options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False))
-    port = ray.get(task.remote(sorted(issued), node.ip))
-    issued.add(port)
-    return port
-
-
-@functools.cache
-def _free_port_task():
-    import ray
-
-    return ray.remote(num_cpus=0)(_bind_free_port)
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-        return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def _bind_free_port(avoid: list[int] | tuple = (), host: str = LOOPBACK) -> int:
-    """A port this host can bind on ``host`` now (the address its listener will use; the probe
-    socket never listens): random below the ephemeral range, else any the kernel gives."""
-    import random
-
-    low, _ = _ephemeral_range()
-    avoid = set(avoid)
-    candidates = [p for p in range(max(1024, low - 12000), low) if p not in avoid]
-    random.SystemRandom().shuffle(candidates)
-    for port in candidates[:200]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port not in avoid:
-            return port
-    raise OSError("no free TCP port on this host")

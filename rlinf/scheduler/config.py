@@ -95,13 +95,13 @@ class ClusterConfig:
               "Ray cluster without token authentication (backend: local starts no Ray; one node attaches "
               "either way and says so); remove it")
         if self.backend == "local":
-            from rlinf.scheduler.local.cluster import check_local_config
+            from rlinf.scheduler.local.checks import check_local_config
 
             check_local_config(self)
         if self.accelerators_per_node is not None:
             plan = self.plan()  # the cluster shape is fully known: check the placement now
             if self.backend == "local":
-                from rlinf.scheduler.local.cluster import check_local_plan
+                from rlinf.scheduler.local.checks import check_local_plan
 
                 check_local_plan(self, plan)
 

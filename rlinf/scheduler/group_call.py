@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rlinf.scheduler.backend import CallFailed
 from rlinf.scheduler.errors import (
     CallTimeoutError,
     OutOfMemoryRaisedError,
@@ -14,9 +15,6 @@ from rlinf.scheduler.errors import (
     WorkerError,
 )
 from rlinf.scheduler.memory_report import MemorySample, short_cause
-
-if TYPE_CHECKING:
-    from rlinf.scheduler.worker_group import WorkerGroup
 
 
 class GroupCall:
@@ -27,30 +25,30 @@ class GroupCall:
     filled once the call is done. The first failing rank raises at once, as
     :class:`~rlinf.scheduler.WorkerError` (with the remote traceback) or
     :class:`~rlinf.scheduler.WorkerDiedError`; the call never waits on the other ranks then.
+
+    Args:
+        group: the :class:`~rlinf.scheduler.WorkerGroup` called; its backend
+            (:class:`~rlinf.scheduler.backend.Backend`) made ``refs`` and answers for them.
+        method: the method called.
+        ranks: the ranks called, in order.
+        refs: one pending answer per rank.
     """
 
-    def __init__(self, group: WorkerGroup, method: str, ranks: list[int], refs: list):
+    def __init__(self, group: Any, method: str, ranks: list[int], refs: list):
         self.group, self.method, self.ranks = group, method, ranks
+        self.backend = group.backend
         self._refs = dict(zip(ranks, refs))
         self._submitted = time.perf_counter()
         self.results_by_rank: dict[int, Any] = {}
         self.elapsed: dict[int, float] = {}
         self.wall_time: float | None = None
-        #: local mode: the refs are concurrent.futures.Future objects (rlinf.scheduler.local)
-        self._local = bool(getattr(group, "is_local", False))
 
     def done(self) -> bool:
         """True when every rank has answered (successfully or not)."""
-        if self._local:
-            return all(ref.done() for ref in self._refs.values())
-        import ray
-
-        pending = [r for k, r in self._refs.items() if k not in self.results_by_rank]
-        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
-        return len(ready) == len(pending)
+        return self.backend.all_done(self.pending_refs())
 
     def pending_refs(self) -> list:
-        """The Ray object refs (local mode: futures) of the ranks whose answer is not collected."""
+        """The backend's refs of the ranks whose answer is not collected."""
         return [r for k, r in self._refs.items() if k not in self.results_by_rank]
 
     def wait(self, timeout: float | None = None) -> list[Any]:
@@ -60,37 +58,16 @@ class GroupCall:
             CallTimeoutError: ``timeout`` seconds passed; names the ranks still running.
             WorkerError / WorkerDiedError: a rank failed.
         """
-        if self._local:
-            return self._wait_local(timeout)
-        import ray
-
         deadline = None if timeout is None else time.monotonic() + timeout
         rank_of = {ref: rank for rank, ref in self._refs.items()}
-        pending = [r for k, r in self._refs.items() if k not in self.results_by_rank]
+        pending = self.pending_refs()
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, pending = ray.wait(pending, num_returns=1, timeout=left)
-            if not ready:
-                still = sorted(rank_of[r] for r in pending)
-                raise CallTimeoutError(self.group.name, self.method, still, timeout)
-            for ref in ready:
-                self._settle(rank_of[ref], lambda ref=ref: ray.get(ref))
-        return self._finish()
-
-    def _wait_local(self, timeout: float | None) -> list[Any]:
-        from concurrent.futures import FIRST_COMPLETED
-        from concurrent.futures import wait as wait_futures
-
-        deadline = None if timeout is None else time.monotonic() + timeout
-        rank_of = {ref: rank for rank, ref in self._refs.items()}
-        pending = {r for k, r in self._refs.items() if k not in self.results_by_rank}
-        while pending:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, pending = wait_futures(pending, timeout=left, return_when=FIRST_COMPLETED)
+            ready, pending = self.backend.wait_any(pending, left)
             if not ready:
                 raise CallTimeoutError(self.group.name, self.method, sorted(rank_of[r] for r in pending), timeout)
             for ref in sorted(ready, key=rank_of.get):
-                self._settle(rank_of[ref], ref.result)
+                self._settle(rank_of[ref], lambda ref=ref: self.backend.result(ref))
         return self._finish()
 
     def __await__(self):
@@ -101,7 +78,7 @@ class GroupCall:
 
         async def one(rank, ref):
             try:
-                return rank, await (asyncio.wrap_future(ref) if self._local else ref), None
+                return rank, await self.backend.result_async(ref), None
             except Exception as exc:  # noqa: BLE001 - re-raised below with the worker's name
                 return rank, None, exc
 
@@ -119,30 +96,16 @@ class GroupCall:
     def _settle(self, rank: int, get) -> None:
         worker = f"{self.group.name}[{rank}]"
         node = self.group.placement.processes[rank].node
-        if self._local:
-            from rlinf.scheduler.local.executor import InitFailed
-
-            try:
-                value, error, elapsed, *memory = get()
-            except InitFailed as exc:  # the in-process worker's __init__ raised
-                raise WorkerError(worker, node, "__init__", exc.text) from None
-            except Exception as exc:  # noqa: BLE001 - e.g. a call to a shut-down group
-                raise WorkerDiedError(worker, node, self.method, _first_line(exc)) from None
-            self._deliver(rank, worker, node, value, error, elapsed, *memory)
-            return
-        import ray
-
         try:
             value, error, elapsed, *memory = get()
-        except ray.exceptions.RayActorError as exc:
-            if exc.actor_init_failed:
-                # The worker's __init__ raised: report it like any other worker exception.
-                raise WorkerError(worker, node, "__init__", _strip_ansi(exc.error_msg)) from None
-            raise self.group.death_error(rank, self.method, _strip_ansi(str(exc))) from None
-        except ray.exceptions.OutOfMemoryError as exc:  # Ray's memory monitor killed the worker
-            raise self.group.death_error(rank, self.method, str(exc), monitor=True) from None
-        except ray.exceptions.RayError as exc:
-            raise WorkerError(worker, node, self.method, str(exc)) from None
+        except CallFailed as failed:
+            if failed.kind == "init":  # the worker's __init__ raised: like any worker exception
+                raise WorkerError(worker, node, "__init__", failed.text) from None
+            if failed.kind == "died":  # its process is gone: examined once (memory, the node)
+                raise self.group.death_error(rank, self.method, failed.text, monitor=failed.monitor) from None
+            if failed.kind == "stopped":  # e.g. a call to a shut-down group
+                raise WorkerDiedError(worker, node, self.method, failed.text) from None
+            raise WorkerError(worker, node, self.method, failed.text) from None
         self._deliver(rank, worker, node, value, error, elapsed, *memory)
 
     def _deliver(self, rank: int, worker: str, node: int, value: Any, error: str | None, elapsed: float,
@@ -193,22 +156,13 @@ def _raised(worker: str, node: int, method: str, error: str, memory: MemorySampl
                                   hint=memory.hint.describe() if memory.hint is not None else None)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _strip_ansi(text: str) -> str:
-    import re
-
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
-
-
 def wait_first(calls: list[GroupCall], timeout: float | None = None) -> GroupCall | None:
     """Block until one of ``calls`` is done (every rank answered, successfully or not) and return
     it (the first of them in list order when several are); None when ``timeout`` passes first.
     A driver juggling calls that run side by side (a rollout that keeps going while the actor
     updates) sleeps here instead of polling."""
+    if not calls:
+        raise ValueError("wait_first needs at least one call")
     deadline = None if timeout is None else time.monotonic() + timeout
     ready: set = set()
     while True:
@@ -218,11 +172,6 @@ def wait_first(calls: list[GroupCall], timeout: float | None = None) -> GroupCal
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             return None
-        if any(c._local for c in calls):
-            time.sleep(0.002 if left is None else min(0.002, left))
-            continue
-        import ray
-
         pending = [r for c in calls for r in c.pending_refs() if r not in ready]
-        got, _ = ray.wait(pending, num_returns=1, timeout=left)
+        got, _ = calls[0].backend.wait_any(pending, left)
         ready.update(got)

@@ -11,7 +11,7 @@ round trip on one node takes tens of microseconds. TCP works across nodes too.
 Nothing is unpickled from a peer that has not proved it holds the run's secret: every connection
 starts with a mutual HMAC-SHA256 challenge-response (:mod:`rlinf.scheduler.handshake`, proofs
 compared with ``hmac.compare_digest``); one that fails or stalls is closed and counted
-(:meth:`PipeLink.refused`) while the real peers go on connecting.
+(:meth:`~rlinf.scheduler.links.PipeLink.refused`) while the real peers go on connecting.
 
 Each pipe is FIFO in both directions. ``send(obj, key=...)`` tags a message; ``recv(key=...)``
 checks the tag, so a protocol slip fails loudly instead of pairing the wrong messages. A peer
@@ -19,7 +19,8 @@ that exits closes the socket and the waiting side raises :class:`PipeClosedError
 that fails inside its loop calls :meth:`Pipe.send_error` and the waiting side raises
 :class:`PipePeerError` with the peer's reason — neither side waits forever on a dead partner.
 
-Driver side::
+Driver side (:class:`~rlinf.scheduler.links.PipeLink`, which asks the run's backend: TCP with
+the handshake on Ray, socket pairs in this process in local mode)::
 
     PipeLink.connect("env_policy", env_group, rollout_group, pairs=[(0, 0), (1, 0)])
 
@@ -49,15 +50,11 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlinf.scheduler.errors import SchedulerError
 from rlinf.scheduler.handshake import AuthError, prove_as_connector, prove_as_listener
 from rlinf.scheduler.secret import RunSecret
-
-if TYPE_CHECKING:
-    from rlinf.scheduler.worker_group import WorkerGroup
 
 _HEADER = struct.Struct("!QI")  # pickle length, number of out-of-band buffers
 _LENGTH = struct.Struct("!Q")
@@ -382,60 +379,3 @@ class PipeEnds:
         for n in [name] if name is not None else list(self.listeners):
             if n in self.listeners:
                 self.listeners.pop(n)[0].close()
-
-
-# ---- driver side --------------------------------------------------------------------------
-class PipeLink:
-    """Driver-side handle on the pipes named ``name`` between ranks of two groups."""
-
-    def __init__(self, name: str, group_a: WorkerGroup, group_b: WorkerGroup,
-                 pairs: list[tuple[int, int]]):
-        self.name, self.group_a, self.group_b, self.pairs = name, group_a, group_b, pairs
-
-    @classmethod
-    def connect(cls, name: str, group_a: WorkerGroup, group_b: WorkerGroup,
-                pairs: Sequence[tuple[int, int]], timeout_s: float = 60.0) -> PipeLink:
-        """Open one pipe per ``(rank in group_a, rank in group_b)`` pair; returns once every pipe
-        is connected. Connecting a name again replaces that name's pipes.
-
-        Afterwards ``group_a[a]`` reaches ``group_b[b]`` with ``self.pipe(name, b)`` and the other
-        way round with ``self.pipe(name, a)``.
-        """
-        pairs = [(int(a), int(b)) for a, b in pairs]
-        if group_a is group_b or group_a.name == group_b.name:
-            raise ValueError(f"pipe {name!r}: both ends are in group {group_a.name!r}; a pipe joins "
-                             "two different groups")
-        if len(set(pairs)) != len(pairs):
-            raise ValueError(f"pipe {name!r}: a pair appears twice in {pairs}")
-        for group, ranks in ((group_a, [a for a, _ in pairs]), (group_b, [b for _, b in pairs])):
-            for r in ranks:
-                if not 0 <= r < group.world_size:
-                    raise IndexError(f"{group.name} has ranks 0-{group.world_size - 1}, not {r}")
-        if getattr(group_a, "is_local", False):  # cluster.backend: local: socket pairs in this process
-            from rlinf.scheduler.local.links import connect_pipes
-
-            connect_pipes(name, group_a, group_b, pairs, timeout_s)
-            return cls(name, group_a, group_b, pairs)
-        b_ranks = sorted({b for _, b in pairs})
-        expected = {b: sum(1 for _, bb in pairs if bb == b) for b in b_ranks}
-        addresses = {}
-        for b in b_ranks:
-            node = group_b.cluster.node(group_b.placement.processes[b].node)
-            addresses[b] = group_b._execute("_rlinf_pipe_listen", name, node.ip, expected[b],
-                                            group_a.name, ranks=[b]).wait(timeout=timeout_s)[0]
-        accepting = group_b._execute("_rlinf_pipe_accept", name, timeout_s, ranks=b_ranks)
-        connecting = [group_a._execute("_rlinf_pipe_connect", name, b, f"{group_b.name}[{b}]",
-                                       *addresses[b], timeout_s, ranks=[a]) for a, b in pairs]
-        for call in connecting:
-            call.wait(timeout=timeout_s + 10)
-        accepting.wait(timeout=timeout_s + 10)
-        return cls(name, group_a, group_b, pairs)
-
-    def refused(self) -> int:
-        """Connections to this pipe name's listeners that failed the handshake (closed unread), over
-        the whole run: connecting the name again keeps counting."""
-        if getattr(self.group_b, "is_local", False):
-            return 0  # socket pairs made in this process: nothing listens
-        ranks = sorted({b for _, b in self.pairs})
-        counts = self.group_b._execute("_rlinf_pipe_refused", ranks=ranks).wait(timeout=30)
-        return sum(c.get(self.name, 0) for c in counts)

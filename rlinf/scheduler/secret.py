@@ -65,6 +65,19 @@ class RunSecret:
         """A bearer token for one purpose (64 hex characters), derived one-way from the key."""
         return self.mac(b"rlinf-token", purpose.encode()).hex()
 
+    def derive(self, purpose: str) -> RunSecret:
+        """A key for one purpose (a channel's socket, say), derived one-way from this one: it can
+        be handed to that purpose's parties without revealing the run's key.
+
+        Example:
+            >>> s = RunSecret.new()
+            >>> s.derive("channel/a") == s.derive("channel/a"), s.derive("channel/a") == s.derive("channel/b")
+            (True, False)
+            >>> s.derive("channel/a") == s
+            False
+        """
+        return RunSecret(self.mac(b"rlinf-derive", purpose.encode()))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RunSecret) and hmac.compare_digest(self._key, other._key)
 

@@ -1,10 +1,11 @@
 """Group-to-group tensor transfer: one rank of a group sends a dict of tensors to ranks of another.
 
-This is what actor -> rollout weight sync is built on. A :class:`TensorLink` is a dedicated
-``torch.distributed`` process group (gloo on CPU, NCCL when every member has CUDA) made from a
-``TCPStore``, so it coexists with each group's own default process group. The source is link
-rank 0; a send is a broadcast of (1) the names, shapes and dtypes and (2) the tensors packed into
-per-dtype buckets of at most ``bucket_bytes`` (a larger tensor goes in pieces). When every
+This is what actor -> rollout weight sync is built on. On Ray, a
+:class:`~rlinf.scheduler.links.TensorLink` is a dedicated ``torch.distributed`` process group (gloo
+on CPU, NCCL when every member has CUDA) made from a ``TCPStore``, so it coexists with each
+group's own default process group. The source is link rank 0; a send is a broadcast of (1) the
+names, shapes and dtypes and (2) the tensors packed into per-dtype buckets of at most
+``bucket_bytes`` (a larger tensor goes in pieces). When every
 member sits on the source's node and the link is on CPU, the buckets go through a two-slot
 shared-memory staging file instead of the process group (see :mod:`rlinf.scheduler.transfer_stream`).
 
@@ -13,7 +14,9 @@ tensor made only when its bucket is packed: an FSDP actor gathers one parameter 
 receiver may take a dict (``recv_tensors``) or a :class:`~rlinf.scheduler.transfer_stream.TensorStream`
 (``recv_tensor_stream``: one bucket at a time, no full extra copy of the weights).
 
-Driver side::
+Driver side (:class:`~rlinf.scheduler.links.TensorLink`, which asks the run's backend: this module
+is the Ray backend's worker side; ``cluster.backend: local`` hands tensors over in memory,
+:mod:`rlinf.scheduler.local.links`)::
 
     link = TensorLink.connect("weights", actor_group, 0, rollout_group)
 
@@ -41,9 +44,8 @@ from __future__ import annotations
 import datetime
 import hmac
 import pickle
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from rlinf.scheduler.errors import SchedulerError
 from rlinf.scheduler.transfer_stream import (
@@ -57,16 +59,14 @@ from rlinf.scheduler.transfer_stream import (
     pack_bucket,
     plan_send,
     send_order,
+    specs_of,
     write_bucket,
 )
 
 _MAC_BYTES = 32  # HMAC-SHA256 after each header (RunSecret.mac)
 
-if TYPE_CHECKING:
-    from rlinf.scheduler.worker_group import WorkerGroup
-
-__all__ = ["DEFAULT_BUCKET_BYTES", "LazyTensors", "Piece", "TensorLink", "TensorStream", "plan_send",
-           "recv_tensor_stream", "recv_tensors", "send_order", "send_tensors"]
+__all__ = ["DEFAULT_BUCKET_BYTES", "LazyTensors", "Piece", "TensorStream", "plan_send", "recv_tensor_stream",
+           "recv_tensors", "send_order", "send_tensors"]
 
 DEFAULT_BUCKET_BYTES = 64 * 2**20
 #: Piece size of cross-memory-attach reads (receivers read pieces in parallel threads).
@@ -99,6 +99,22 @@ class _LinkState:
     buffers: list | None = None  # two reused bucket buffers (process-group path), made on first use
     secret: Any = None  # the run's RunSecret: headers carry its MAC, checked before unpickling
 
+    # what a worker's link end offers, whichever backend made it (local: rlinf.scheduler.local.links)
+    def send(self, tensors: dict[str, Any] | LazyTensors) -> int:
+        return send_tensors(self, tensors)
+
+    def recv_stream(self, own: bool = False) -> TensorStream:
+        return recv_tensor_stream(self, own)
+
+    def recv(self) -> dict[str, Any]:
+        return recv_tensors(self)
+
+    @property
+    def path(self) -> str:
+        """``in place`` (receivers read the source's memory), ``staging`` (two-slot shared
+        memory) or ``process group`` (broadcasts)."""
+        return "in place" if self.cma else "staging" if self.one_host else "process group"
+
 
 @dataclass(frozen=True)
 class _Abort:
@@ -107,97 +123,9 @@ class _Abort:
     reason: str
 
 
-def _specs_of(tensors: Any, backend: str) -> tuple[list | None, str | None]:
-    """``(specs, None)`` for a sendable source, ``(None, reason)`` otherwise: not a dict of
-    tensors (or a :class:`LazyTensors`), or a dtype the backend cannot carry (gloo has no float8)."""
-    import torch
-
-    if hasattr(tensors, "tensor_specs"):
-        specs = [(n, tuple(shape), dtype) for n, shape, dtype in tensors.tensor_specs()]
-    elif isinstance(tensors, dict):
-        for name, value in tensors.items():
-            if not isinstance(value, torch.Tensor):
-                return None, f"{name!r} is a {type(value).__name__}, not a tensor (drop or convert it first)"
-        specs = [(n, tuple(v.shape), v.dtype) for n, v in tensors.items()]
-    else:
-        return None, f"expected a dict of tensors, got {type(tensors).__name__}"
-    if backend == "gloo":
-        for name, _, dtype in specs:
-            if "float8" in str(dtype):
-                return None, f"{name!r} has dtype {dtype}, which gloo cannot send; cast it first"
-    return specs, None
-
-
-class TensorLink:
-    """A driver-side handle on a link between ``src_group[src_rank]`` and ranks of ``dst_group``."""
-
-    def __init__(self, name: str, members: list[tuple[WorkerGroup, int]]):
-        self.name, self.members = name, members
-
-    @classmethod
-    def connect(
-        cls,
-        name: str,
-        src_group: WorkerGroup,
-        src_rank: int,
-        dst_group: WorkerGroup,
-        dst_ranks: Sequence[int] | None = None,
-        *,
-        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-        timeout_s: float = 300.0,
-        shared_memory: bool | None = None,
-    ) -> TensorLink:
-        """Build the link's process group on every member and return once all have joined.
-
-        Args:
-            name: link name, used by ``send_tensors(name, ...)`` / ``recv_tensors(name)``.
-            src_group, src_rank: the sending worker.
-            dst_group, dst_ranks: the receiving workers (default: every rank of ``dst_group``).
-            bucket_bytes: largest packed bucket; bigger tensors travel alone.
-            timeout_s: how long a member waits in a collective before raising.
-            shared_memory: move buckets through ``/dev/shm`` (one-host CPU links only); default:
-                whenever every member is on the source's node and the backend is gloo; False
-                forces the process-group path (what a link across hosts uses).
-        """
-        dst_ranks = list(range(dst_group.world_size)) if dst_ranks is None else list(dst_ranks)
-        members = [(src_group, src_rank)] + [(dst_group, r) for r in dst_ranks]
-        seen = [(g.name, r) for g, r in members]
-        for g, r in members:
-            if not 0 <= r < g.world_size:
-                raise IndexError(f"{g.name} has ranks 0-{g.world_size - 1}, not {r}")
-        if len(set(seen)) != len(seen):
-            raise ValueError(f"tensor link {name!r}: a worker appears twice in {seen}; a worker "
-                             "cannot send to itself")
-        if getattr(src_group, "is_local", False):  # cluster.backend: local: an in-memory hand-over
-            from rlinf.scheduler.local.links import connect_tensor_link
-
-            connect_tensor_link(name, members, timeout_s)
-            return cls(name, members)
-        from rlinf.scheduler.cluster import free_port_on
-
-        devices = [g._execute("_rlinf_device_type", ranks=[r]) for g, r in members]
-        backend = "nccl" if all(d.wait(timeout=60)[0] == "cuda" for d in devices) else "gloo"
-        src_node = src_group.cluster.node(src_group.placement.processes[src_rank].node)
-        one_host = backend == "gloo" and all(
-            g.placement.processes[r].node == src_group.placement.processes[src_rank].node for g, r in members)
-        if shared_memory and not one_host:
-            raise ValueError(f"tensor link {name!r}: shared_memory=True needs every member on the source's "
-                             "node and CPU workers (gloo)")
-        one_host = one_host if shared_memory is None else bool(shared_memory)
-        port = free_port_on(src_node)
-        calls = [
-            g._execute("_rlinf_join_link", name, link_rank, len(members), src_node.ip, port,
-                       backend, bucket_bytes, timeout_s, one_host, ranks=[r])
-            for link_rank, (g, r) in enumerate(members)
-        ]
-        for call in calls:
-            call.wait(timeout=timeout_s)
-        return cls(name, members)
-
-
 def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backend: str,
               bucket_bytes: int, timeout_s: float, device, one_host: bool = False, secret=None) -> _LinkState:
-    """Worker side of :meth:`TensorLink.connect`: build the link's process group."""
+    """Worker side of :meth:`~rlinf.scheduler.links.TensorLink.connect` on Ray: build the link's process group."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -240,14 +168,9 @@ def send_tensors(link: _LinkState, tensors: dict[str, Any] | LazyTensors) -> int
     """Send ``tensors`` from link rank 0 to all members; returns the bytes sent.
 
     Returns when every receiver has the data (one-host path: has copied the last bucket out)."""
-
-    if getattr(link, "local", False):
-        from rlinf.scheduler.local.links import send
-
-        return send(link, tensors)
     if link.rank != 0:
         raise RuntimeError(f"link {link.name!r}: only its source (rank 0) sends; this is rank {link.rank}")
-    specs, problem = _specs_of(tensors, link.backend)
+    specs, problem = specs_of(tensors, link.backend)
     if problem:
         _broadcast_object(link, _Abort(problem))  # receivers fail now, not at the link timeout
         raise ValueError(f"link {link.name!r}: {problem}")
@@ -314,10 +237,6 @@ def _stable_addresses(tensors, specs: list) -> tuple | None:
 def recv_tensor_stream(link: _LinkState, own: bool = False) -> TensorStream:
     """Start receiving what the source's :func:`send_tensors` sends: the header now, the tensors as
     the returned stream is iterated (``own=True``: each tensor is a fresh copy that stays valid)."""
-    if getattr(link, "local", False):
-        from rlinf.scheduler.local.links import recv_stream
-
-        return recv_stream(link, own)
     if link.rank == 0:
         raise RuntimeError(f"link {link.name!r}: its source (rank 0) cannot receive")
     header = _broadcast_object(link, None)

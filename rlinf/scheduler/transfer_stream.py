@@ -1,4 +1,4 @@
-"""The data path of a :class:`~rlinf.scheduler.transfer.TensorLink` send: buckets, staging, streams.
+"""The data path of a :class:`~rlinf.scheduler.links.TensorLink` send: buckets, staging, streams.
 
 A send is (1) a header broadcast over the link's process group: the names, shapes and dtypes of
 the tensors (and, on one host, where the staging memory is), then (2) the tensors in buckets of
@@ -107,6 +107,36 @@ def itemsize(dtype) -> int:
 def nbytes_of(spec) -> int:
     """Bytes of a ``(name, shape, dtype)`` spec."""
     return math.prod(spec[1]) * itemsize(spec[2])
+
+
+def specs_of(tensors: Any, backend: str) -> tuple[list | None, str | None]:
+    """``(specs, None)`` for a sendable source, ``(None, reason)`` otherwise: not a dict of
+    tensors (or a lazy source with ``tensor_specs()``), or a dtype the backend cannot carry (gloo
+    has no float8).
+
+    Example:
+        >>> import torch
+        >>> specs_of({"w": torch.zeros(2, 3)}, "gloo")
+        ([('w', (2, 3), torch.float32)], None)
+        >>> specs_of({"w": 1.0}, "gloo")[1]
+        "'w' is a float, not a tensor (drop or convert it first)"
+    """
+    import torch
+
+    if hasattr(tensors, "tensor_specs"):
+        specs = [(n, tuple(shape), dtype) for n, shape, dtype in tensors.tensor_specs()]
+    elif isinstance(tensors, dict):
+        for name, value in tensors.items():
+            if not isinstance(value, torch.Tensor):
+                return None, f"{name!r} is a {type(value).__name__}, not a tensor (drop or convert it first)"
+        specs = [(n, tuple(v.shape), v.dtype) for n, v in tensors.items()]
+    else:
+        return None, f"expected a dict of tensors, got {type(tensors).__name__}"
+    if backend == "gloo":
+        for name, _, dtype in specs:
+            if "float8" in str(dtype):
+                return None, f"{name!r} has dtype {dtype}, which gloo cannot send; cast it first"
+    return specs, None
 
 
 def plan_send(specs: list, bucket_bytes: int) -> list[list[tuple[int, int, int]]]:

@@ -163,23 +163,17 @@ class Worker:
         The receivers call :meth:`recv_tensors` / :meth:`recv_tensor_stream` at the same time.
         Returns the bytes sent.
         """
-        from rlinf.scheduler.transfer import send_tensors
-
-        return send_tensors(self._rlinf_link(link), tensors)
+        return self._rlinf_link(link).send(tensors)
 
     def recv_tensors(self, link: str) -> dict:
         """Receive the dict of tensors the link's source sends with :meth:`send_tensors`."""
-        from rlinf.scheduler.transfer import recv_tensors
-
-        return recv_tensors(self._rlinf_link(link))
+        return self._rlinf_link(link).recv()
 
     def recv_tensor_stream(self, link: str):
         """Receive one bucket at a time: a :class:`~rlinf.scheduler.transfer_stream.TensorStream`
         of ``(name, tensor)`` pairs, each valid until the next bucket; use it in a ``with`` block
         (leaving it receives what was not consumed, keeping the link in step)."""
-        from rlinf.scheduler.transfer import recv_tensor_stream
-
-        return recv_tensor_stream(self._rlinf_link(link))
+        return self._rlinf_link(link).recv_stream()
 
     def pipe(self, name: str, peer_rank: int):
         """This worker's end of pipe ``name`` to rank ``peer_rank`` of the other group
@@ -215,16 +209,17 @@ class Worker:
         self._rlinf_pipe_ends().connect(name, self.rank, peer_rank, peer, host, port, timeout_s)
 
     def _rlinf_pipe_install(self, name, ends):
-        """Local mode: this worker's ends of pipe ``name`` (peer rank -> (socket, peer name)),
-        replacing the ones of that name."""
+        """This worker's ready-made ends of pipe ``name`` (peer rank -> (socket, peer name)),
+        replacing the ones of that name (the local backend's socket pairs)."""
         from rlinf.scheduler.pipe import Pipe
 
         pipes = self._rlinf_pipe_ends()
         pipes.close(name)
         pipes.pipes[name] = {peer_rank: Pipe(sock, name, peer) for peer_rank, (sock, peer) in ends.items()}
 
-    def _rlinf_join_local_link(self, name, end):
-        """Local mode: this worker's end of tensor link ``name`` (an in-memory hand-over)."""
+    def _rlinf_install_link(self, name, end):
+        """This worker's ready-made end of tensor link ``name`` (the local backend's in-memory
+        hand-over), placed on this worker's device."""
         end.device = self.device
         if not hasattr(self, "_rlinf_links"):
             self._rlinf_links = {}
@@ -251,10 +246,7 @@ class Worker:
         """How link ``name`` moves tensors: ``in place`` (receivers read the source's memory),
         ``staging`` (two-slot shared memory), ``process group`` (broadcasts) or ``in process``
         (local mode)."""
-        link = self._rlinf_link(name)
-        if getattr(link, "local", False):
-            return "in process"
-        return "in place" if link.cma else "staging" if link.one_host else "process group"
+        return self._rlinf_link(name).path
 
     def _rlinf_device_type(self) -> str:
         return self.device.type

@@ -15,36 +15,27 @@ Example (needs Ray; see ``docs/scheduler.md`` for a full walk-through):
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Sequence
 from typing import Any
 
-from rlinf.scheduler.cluster import WORKER_ENV, Cluster, free_port_on
+from rlinf.scheduler.backend import Backend
 from rlinf.scheduler.errors import OutOfMemoryKilledError, WorkerDiedError
 from rlinf.scheduler.group_call import GroupCall
+from rlinf.scheduler.nodes import ClusterBase
 from rlinf.scheduler.placement import ComponentPlacement
-from rlinf.scheduler.worker import (
-    ENV_ACCELERATORS,
-    ENV_GROUP,
-    ENV_HAS_GPUS,
-    ENV_NODE_RANK,
-    SECRET_KWARG,
-    Worker,
-)
-
-_CONTROL_GROUP = "rlinf_control"
+from rlinf.scheduler.worker import Worker
 
 
 class WorkerGroup:
-    """The processes of one component, one Ray actor per placed process.
+    """The processes of one component: one worker per placed process, run by the cluster's
+    backend (a Ray actor each, or one instance in this process in local mode).
 
     Create with :meth:`launch`. Any public method of the worker class can be called on the group:
     ``group.step(batch)`` is ``group.execute("step", batch)`` and returns a
     :class:`~rlinf.scheduler.GroupCall`.
     """
 
-    def __init__(self, cluster: Cluster, placement: ComponentPlacement, name: str,
+    def __init__(self, cluster: ClusterBase, placement: ComponentPlacement, name: str,
                  worker_cls: type[Worker], actors: list):
         self.cluster, self.placement, self.name = cluster, placement, name
         self.worker_cls = worker_cls
@@ -57,7 +48,7 @@ class WorkerGroup:
     @classmethod
     def launch(
         cls,
-        cluster: Cluster,
+        cluster: ClusterBase,
         worker_cls: type[Worker],
         placement: ComponentPlacement,
         *,
@@ -89,49 +80,8 @@ class WorkerGroup:
         if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
             raise TypeError(f"worker_cls must subclass rlinf.scheduler.Worker, got {worker_cls!r}")
         name = name or placement.name
-        if getattr(cluster, "is_local", False):  # cluster.backend: local: instances in this process
-            group = cluster.launch(cls, worker_cls, placement, name, args, kwargs, env, max_concurrency)
-            if wait:
-                group.wait_started(start_timeout)
-            return group
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        master = cluster.node(placement.processes[0].node)
-        master_port = free_port_on(master)
-        # A separate one-thread concurrency group answers liveness pings while the worker is busy.
-        remote_cls = ray.remote(concurrency_groups={_CONTROL_GROUP: 1})(worker_cls)
-        actors = []
-        for proc in placement.processes:
-            node = cluster.node(proc.node)
-            proc_env = {
-                **WORKER_ENV,
-                **(env or {}),
-                "RANK": str(proc.rank),
-                "WORLD_SIZE": str(placement.world_size),
-                "LOCAL_RANK": str(proc.local_rank),
-                "LOCAL_WORLD_SIZE": str(proc.local_world_size),
-                "MASTER_ADDR": master.ip,
-                "MASTER_PORT": str(master_port),
-                ENV_GROUP: name,
-                ENV_NODE_RANK: str(proc.node),
-                ENV_ACCELERATORS: ",".join(map(str, proc.accelerators)),
-                ENV_HAS_GPUS: "1" if node.has_gpus and proc.accelerators else "0",
-            }
-            if node.has_gpus:
-                proc_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, proc.accelerators))
-            # Ray gives a num_cpus=0 actor one OpenMP thread; a worker gets its slots' share of the
-            # node's cores instead, unless the user set OMP_NUM_THREADS (in env= or the driver's).
-            proc_env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")
-                                or str(node.threads_for(len(proc.accelerators))))
-            actor = remote_cls.options(
-                num_cpus=0,
-                num_gpus=0,
-                max_concurrency=max_concurrency,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-                runtime_env={"env_vars": proc_env},
-            ).remote(*args, **(kwargs or {}), **{SECRET_KWARG: cluster.secret})
-            actors.append(actor)
+        actors = cluster.backend.start_workers(cluster, worker_cls, placement, name, tuple(args),
+                                               dict(kwargs or {}), env, max_concurrency)
         group = cls(cluster, placement, name, worker_cls, actors)
         cluster.register_group(group)
         if wait:
@@ -151,6 +101,11 @@ class WorkerGroup:
     @property
     def world_size(self) -> int:
         return len(self.actors)
+
+    @property
+    def backend(self) -> Backend:
+        """The backend that runs this group's workers (its cluster's)."""
+        return self.cluster.backend
 
     def execute(self, method: str, *args: Any, ranks: Sequence[int] | None = None,
                 **kwargs: Any) -> GroupCall:
@@ -188,19 +143,9 @@ class WorkerGroup:
             self._last_method.update(dict.fromkeys(ranks, method))
         return GroupCall(self, method, ranks, refs)
 
-    @property
-    def is_local(self) -> bool:
-        """True for a group of ``cluster.backend: local`` (instances in this process)."""
-        return bool(getattr(self.cluster, "is_local", False))
-
     def _submit(self, actor, method: str, args: tuple, kwargs: dict, control: bool = False):
-        """One rank's ``_rlinf_call``: a Ray object ref, or a future in local mode."""
-        if self.is_local:
-            return actor.call(method, args, kwargs, control)
-        call = actor._rlinf_call
-        if control:
-            call = call.options(concurrency_group=_CONTROL_GROUP)
-        return call.remote(method, *args, **kwargs)
+        """One rank's ``_rlinf_call``: a ref of the backend (a Ray object ref, a future)."""
+        return self.backend.submit(actor, method, args, kwargs, control)
 
     def __getattr__(self, method: str):
         if method.startswith("_"):
@@ -242,41 +187,9 @@ class WorkerGroup:
     def _probe(self, node: int, pid: int | None, timeout: float = 20.0):
         """:func:`~rlinf.scheduler.memory_report.probe_node` on placement node ``node`` (a Ray
         task pinned there; in this process in local mode); None when it does not answer."""
-        from rlinf.scheduler.memory_report import probe_node
-
-        if self.is_local:
-            return probe_node(pid)
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        try:
-            task = _probe_task().options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(self.cluster.node(node).node_id, soft=False))
-            return ray.get(task.remote(pid), timeout=timeout)
-        except Exception:  # noqa: BLE001 - a node that is gone or slow: judged without it
-            return None
+        return self.backend.probe_node(self.cluster, node, pid, timeout)
 
     def shutdown(self) -> None:
-        """Kill every process of the group (local mode: stop its threads taking calls)."""
-        if self.is_local:
-            for actor in self.actors:
-                actor.shutdown()
-            self.actors = []
-            return
-        import ray
-
-        for actor in self.actors:
-            try:
-                ray.kill(actor)
-            except Exception:  # noqa: BLE001 - already dead is fine
-                pass
-        self.actors = []
-
-
-@functools.cache
-def _probe_task():
-    import ray
-
-    from rlinf.scheduler.memory_report import probe_node
-
-    return ray.remote(num_cpus=0, max_retries=0)(probe_node)
+        """End every worker of the group (local mode: stop its threads taking calls)."""
+        actors, self.actors = self.actors, []
+        self.backend.stop_workers(actors)

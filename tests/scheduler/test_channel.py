@@ -261,7 +261,7 @@ def test_payload_types_identity_and_small_views(ray_cluster):
 
 
 def test_close_ends_the_channel_for_every_handle(ray_cluster):
-    from rlinf.scheduler.channel.channel import ChannelClosedError
+    from rlinf.scheduler.channel import ChannelClosedError
 
     ch = Channel.create("closing-test")
     ch.put(1)

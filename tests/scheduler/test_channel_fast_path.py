@@ -15,8 +15,7 @@ import ray.cloudpickle
 import torch
 
 from rlinf.scheduler import Channel, ChannelTimeout, Worker, WorkerGroup, plan_placement
-from rlinf.scheduler.channel import KeyedQueues, fast_client
-from rlinf.scheduler.channel.channel import ChannelClosedError
+from rlinf.scheduler.channel import ChannelClosedError, KeyedQueues, fast_client
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from test_channel import assert_each_item_once_in_producer_order

@@ -119,14 +119,14 @@ def local_cluster():
         group.shutdown()
     os.environ.clear()
     os.environ.update(saved)
-    from rlinf.scheduler.local import set_active
+    from rlinf.scheduler.backend import forget_cluster
 
-    set_active(None)
+    forget_cluster(cluster)  # new channels of this process are no longer its
 
 
 def test_from_config_gives_a_local_cluster_of_the_config_shape(local_cluster):
     cluster, plan = local_cluster
-    assert isinstance(cluster, LocalCluster) and cluster.is_local
+    assert isinstance(cluster, LocalCluster) and cluster.is_local and cluster.backend.name == "local"
     assert cluster.shape.accelerators_per_node == 3 and cluster.shape.num_nodes == 1
     assert cluster.origin.startswith("local mode") and cluster.node(0).ip == "127.0.0.1"
     assert [c.world_size for c in plan.components.values()] == [1, 1, 1]
@@ -322,7 +322,7 @@ def test_config_backend_and_groups_folded_to_one_process():
 def test_check_before_start_refuses_without_ray(monkeypatch):
     from rlinf.scheduler.cluster import check_cluster_before_start
 
-    monkeypatch.setattr("rlinf.scheduler.cluster._local_gpu_count", lambda: 0)
+    monkeypatch.setattr("rlinf.scheduler.cluster.local_gpu_count", lambda: 0)
     ok = ClusterConfig.from_dict({"backend": "local", "component_placement": {"a,b": "all"}})
     check_cluster_before_start(ok)  # null accelerators_per_node on CPU: one slot, one process each
     two = ClusterConfig.from_dict({"backend": "local", "component_placement": {"a": "0:0-1"}})

@@ -29,6 +29,7 @@ from rlinf.scheduler.memory_report import (
     read_node_memory,
     worker_memory,
 )
+from rlinf.scheduler.ray_backend import _call_failed
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.ray
@@ -118,8 +119,8 @@ def test_ray_memory_monitor_kill_is_out_of_memory_with_rays_figures(ray_cluster)
     group.last_memory[0] = MemorySample(pid=4242, peak_rss=3 * GIB)
     call = GroupCall(group, "update", [0], [None])
 
-    def killed():
-        raise ray.exceptions.OutOfMemoryError(RAY_MONITOR_TEXT)
+    def killed():  # what the Ray backend's result() raises for it
+        raise _call_failed(ray.exceptions.OutOfMemoryError(RAY_MONITOR_TEXT))
 
     with pytest.raises(OutOfMemoryKilledError) as err:
         call._settle(0, killed)

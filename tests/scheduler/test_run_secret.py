@@ -74,9 +74,9 @@ def test_local_workers_get_the_clusters_secret_before_init():
             group.shutdown()
         os.environ.clear()
         os.environ.update(saved)
-        from rlinf.scheduler.local import set_active
+        from rlinf.scheduler.backend import forget_cluster
 
-        set_active(None)
+        forget_cluster(cluster)  # new channels of this process are no longer its
 
 
 @pytest.mark.ray

@@ -235,12 +235,13 @@ def test_cluster_with_too_few_nodes_is_an_error(ray_cluster):
 def test_master_ports_are_never_handed_out_twice_and_sit_below_the_ephemeral_range(ray_cluster):
     """Groups started together (and restarted after a kill) each get their own rendezvous port, taken
     from below ``ip_local_port_range`` so outgoing connections cannot grab it before ``listen``."""
-    from rlinf.scheduler.cluster import _bind_free_port, _ephemeral_range, free_port_on
+    from rlinf.scheduler.nodes import bind_free_port, ephemeral_range
+    from rlinf.scheduler.ray_backend import free_port_on
 
     node = ray_cluster.node(0)
     ports = [free_port_on(node) for _ in range(30)]
     assert len(set(ports)) == 30
-    low, _ = _ephemeral_range()
+    low, _ = ephemeral_range()
     assert all(1024 <= p < low for p in ports)
     taken = list(range(max(1024, low - 12000), low - 1))  # all but one candidate avoided
-    assert _bind_free_port(taken) == low - 1
+    assert bind_free_port(taken) == low - 1

@@ -2,14 +2,16 @@
 
 For debugging: a breakpoint in a worker method is hit in the driver's debugger
 (``python -m pdb examples/math/main_grpo.py cluster.backend=local ...``). The worker code is the
-same; what changes underneath:
+same; what changes underneath is the backend (:class:`~rlinf.scheduler.backend.Backend`):
 
 * :class:`~rlinf.scheduler.local.cluster.LocalCluster` stands in for the Ray cluster: one node
-  (this machine), no Ray import. ``WorkerGroup.launch`` on it runs one worker instance per group
-  (world size 1) on its own thread(s) (:mod:`.executor`): calls to one group run in order, calls
-  to different groups overlap as Ray actors do.
+  (this machine), no Ray import. Its backend (:class:`~rlinf.scheduler.local.backend.LocalBackend`)
+  runs one worker instance per group (world size 1) on its own thread(s) (:mod:`.executor`): calls
+  to one group run in order, calls to different groups overlap as Ray actors do.
 * channels are queues in this process (:mod:`.channel`), tensor links hand tensors over in memory
   and pipes are socket pairs (:mod:`.links`), behind the same interfaces.
+
+This package imports nothing private of the Ray side (tests/scheduler/test_no_import_cycle.py).
 
 Example:
     >>> from rlinf.scheduler.config import ClusterConfig
@@ -21,18 +23,21 @@ Example:
 
 from __future__ import annotations
 
-import weakref
-
-_ACTIVE: weakref.ref | None = None
+from rlinf.scheduler.backend import current_backend, forget_cluster, note_cluster
 
 
 def is_active() -> bool:
-    """True while the local cluster made last in this process is alive (and no Ray cluster was
-    made after it): channels created then are in-process ones."""
-    return _ACTIVE is not None and _ACTIVE() is not None
+    """True while the cluster this process made last (and still holds) runs its workers in this
+    process (:func:`~rlinf.scheduler.backend.current_backend`): for code outside the scheduler
+    that has no cluster at hand."""
+    backend = current_backend()
+    return backend is not None and backend.in_process
 
 
 def set_active(cluster) -> None:
-    """Make ``cluster`` (a local cluster) the active one; ``None``: none is."""
-    global _ACTIVE
-    _ACTIVE = None if cluster is None else weakref.ref(cluster)
+    """``cluster`` (a local cluster) becomes the process's current one; ``None``: no local cluster
+    is (a test's clean-up; :func:`~rlinf.scheduler.backend.forget_cluster`)."""
+    if cluster is None:
+        forget_cluster(None)
+    else:
+        note_cluster(cluster)

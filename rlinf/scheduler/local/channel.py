@@ -13,7 +13,7 @@ import threading
 import uuid
 from typing import Any
 
-from rlinf.scheduler.channel.channel import Channel, ChannelClosedError, ChannelTimeout, _Deadline
+from rlinf.scheduler.channel.base import ChannelBase, ChannelClosedError, ChannelTimeout, Deadline
 from rlinf.scheduler.channel.keyed_queue import KeyedQueues, QueueTimeout, check_batch_request, check_weight
 
 _REGISTRY: dict[str, _State] = {}
@@ -48,16 +48,16 @@ def _run(coro_or_fn, *args):
     return asyncio.run_coroutine_threadsafe(call(), _loop())
 
 
-def _open(name: str) -> Channel:
+def _open(name: str) -> LocalChannel:
     return LocalChannel(name)
 
 
-class LocalChannel(Channel):
+class LocalChannel(ChannelBase):
     """:class:`~rlinf.scheduler.Channel` of local mode (same methods; ``stats()`` counts no socket
     items). Picklable: a copy names the same queues."""
 
-    def __init__(self, name: str, actor=None, fast_path: bool = False):
-        super().__init__(name, actor=None, fast_path=False)
+    def __init__(self, name: str):
+        self.name = name
 
     @classmethod
     def create(cls, name: str, maxsize: int = 0, node_id: str | None = None) -> LocalChannel:
@@ -120,7 +120,7 @@ class LocalChannel(Channel):
     def get_batch(self, key: str = "default", count: int | None = None, target_weight: float | None = None,
                   timeout: float | None = None) -> list:
         check_batch_request(count, target_weight)
-        deadline = _Deadline(timeout)
+        deadline = Deadline(timeout)
         while True:
             queues = self._state().queues  # a closed channel fails here, within a slice
             rid = uuid.uuid4().hex

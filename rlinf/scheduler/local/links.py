@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlinf.scheduler.transfer_stream import Header, Piece, TensorStream, send_order
+from rlinf.scheduler.transfer_stream import Header, Piece, TensorStream, nbytes_of, send_order, specs_of
 
 
 @dataclass(frozen=True)
@@ -36,16 +36,24 @@ class _Hub:
 
 @dataclass
 class LocalLinkEnd:
-    """A worker's end of a local link (what ``Worker._rlinf_link`` returns in local mode)."""
+    """A worker's end of a local link (what ``Worker._rlinf_link`` returns in local mode): the same
+    methods as a Ray link's end (``rlinf.scheduler.transfer``)."""
 
     name: str
     rank: int
     hub: _Hub
     device: Any = None
-    local: bool = True
-    one_host: bool = False
-    cma: bool = False
     backend: str = "local"
+    path: str = "in process"
+
+    def send(self, tensors: Any) -> int:
+        return send(self, tensors)
+
+    def recv_stream(self, own: bool = False) -> LocalTensorStream:
+        return recv_stream(self, own)
+
+    def recv(self) -> dict:
+        return recv(self)
 
 
 def connect_tensor_link(name: str, members: list, timeout_s: float) -> None:
@@ -53,7 +61,7 @@ def connect_tensor_link(name: str, members: list, timeout_s: float) -> None:
     hub = _Hub(name, len(members) - 1, timeout_s)
     for link_rank in range(1, len(members)):
         hub.inboxes[link_rank] = queue.Queue()
-    calls = [g._execute("_rlinf_join_local_link", name, LocalLinkEnd(name, link_rank, hub), ranks=[r])
+    calls = [g._execute("_rlinf_install_link", name, LocalLinkEnd(name, link_rank, hub), ranks=[r])
              for link_rank, (g, r) in enumerate(members)]
     for call in calls:
         call.wait(timeout=timeout_s)
@@ -61,12 +69,9 @@ def connect_tensor_link(name: str, members: list, timeout_s: float) -> None:
 
 def send(link: LocalLinkEnd, tensors: Any) -> int:
     """``send_tensors`` on a local link: hand the tensors to every receiver, wait until all took them."""
-    from rlinf.scheduler.transfer import _specs_of
-    from rlinf.scheduler.transfer_stream import nbytes_of
-
     if link.rank != 0:
         raise RuntimeError(f"link {link.name!r}: only its source (rank 0) sends; this is rank {link.rank}")
-    specs, problem = _specs_of(tensors, "local")
+    specs, problem = specs_of(tensors, "local")
     hub = link.hub
     if problem:
         for inbox in hub.inboxes.values():
