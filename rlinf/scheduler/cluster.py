@@ -21,10 +21,13 @@ import os
 
 from rlinf.scheduler.config import ClusterConfig
 from rlinf.scheduler.errors import ClusterError, UnauthenticatedRayError
+from rlinf.scheduler.local.checks import check_local_config, check_local_plan
+from rlinf.scheduler.local.cluster import LocalCluster
 from rlinf.scheduler.nodes import LOOPBACK, ClusterBase, NodeInfo, local_gpu_count
 from rlinf.scheduler.placement import ClusterShape, NodeGroup
 from rlinf.scheduler.ray_backend import WORKER_ENV, RayBackend, free_port_on
 from rlinf.scheduler.secret import RunSecret
+from rlinf.utils.typed_config import ConfigError
 
 __all__ = ["GCS_TASK_EVENTS_KEPT", "LOOPBACK", "NODE_RANK_LABEL", "RAY_AUTH_MODE_ENV", "WORKER_ENV", "Cluster",
            "NodeInfo", "check_cluster_before_start", "check_unauthenticated_attach", "free_port_on",
@@ -75,6 +78,7 @@ class Cluster(ClusterBase):
         namespace: str = "rlinf",
         allow_unauthenticated: bool = False,
     ):
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         self.namespace = namespace
@@ -126,8 +130,6 @@ class Cluster(ClusterBase):
             2
         """
         if cfg.backend == "local":
-            from rlinf.scheduler.local.cluster import LocalCluster
-
             return LocalCluster.from_config(cfg, address)
         cluster = cls(num_nodes=cfg.num_nodes, accelerators_per_node=cfg.accelerators_per_node,
                       address=address, allow_unauthenticated=cfg.allow_unauthenticated_ray)
@@ -167,11 +169,8 @@ def check_cluster_before_start(cfg: ClusterConfig, address: str | None = None) -
         ...
         rlinf.utils.typed_config.ConfigError: cluster.num_nodes: 2, but the run starts a private local Ray cluster of 1 node (this machine); to use several nodes start Ray on them (ray start) and set RAY_ADDRESS
     """  # noqa: E501 - a doctest's expected output is one line
-    from rlinf.utils.typed_config import ConfigError
 
     if cfg.backend == "local":  # no Ray: this machine, one process per group
-        from rlinf.scheduler.local.checks import check_local_config, check_local_plan
-
         check_local_config(cfg)
         gpus = local_gpu_count()
         if gpus and cfg.accelerators_per_node is not None and cfg.accelerators_per_node > gpus:
@@ -255,6 +254,7 @@ def ray_target(address: str | None) -> tuple[str, str]:
 
 def _init_ray(address: str | None, namespace: str) -> str:
     """Start or join Ray; returns the one-line description of the cluster in use."""
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
 
     kwargs = dict(namespace=namespace, runtime_env={"env_vars": dict(WORKER_ENV)}, log_to_driver=True)
@@ -274,6 +274,7 @@ def _init_ray(address: str | None, namespace: str) -> str:
 
 
 def _alive_nodes() -> list[dict]:
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
 
     return [n for n in ray.nodes() if n.get("Alive")]

@@ -69,6 +69,7 @@ def read_into(pid: int, address: int, target) -> None:
 
 def probe(pid: int, address: int, expected: bytes) -> bool:
     """Whether this process can read ``expected`` at ``address`` in ``pid``."""
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     try:

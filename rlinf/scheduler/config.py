@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rlinf.scheduler.local.checks import check_local_config, check_local_plan
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, parse_cluster_shape, plan_placement
 from rlinf.scheduler.placement.fold import fold_to_one_process
 from rlinf.utils.typed_config import ConfigError, check, parse_section
@@ -95,14 +96,10 @@ class ClusterConfig:
               "Ray cluster without token authentication (backend: local starts no Ray; one node attaches "
               "either way and says so); remove it")
         if self.backend == "local":
-            from rlinf.scheduler.local.checks import check_local_config
-
             check_local_config(self)
         if self.accelerators_per_node is not None:
             plan = self.plan()  # the cluster shape is fully known: check the placement now
             if self.backend == "local":
-                from rlinf.scheduler.local.checks import check_local_plan
-
                 check_local_plan(self, plan)
 
     def shape(self, accelerators_per_node: int | None = None) -> ClusterShape:

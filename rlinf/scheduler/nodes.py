@@ -74,12 +74,6 @@ class ClusterBase:
         self._groups: list = []  # weak references to the worker groups launched on this cluster
         note_cluster(self)
 
-    @property
-    def is_local(self) -> bool:
-        """True when every worker runs in this process (``cluster.backend: local``); the
-        scheduler itself asks :attr:`backend`, this is for callers outside it."""
-        return self.backend.in_process
-
     def register_group(self, group: Any) -> None:
         """Remember a launched :class:`~rlinf.scheduler.WorkerGroup` (weakly), so a failure
         can check whether a peer group's worker died."""
@@ -106,7 +100,7 @@ class ClusterBase:
 def local_gpu_count() -> int:
     """CUDA devices this process can see (0 without torch or CUDA)."""
     try:
-        import torch
+        import torch  # lazy: torch (~2 s) only to count GPUs, and it may be absent (placement CLI, Ray driver)
     except ImportError:
         return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

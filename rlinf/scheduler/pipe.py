@@ -81,6 +81,7 @@ class _PeerFailure:
 
 
 def _tensor_from_numpy(array):
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     return torch.from_numpy(array)

@@ -21,6 +21,7 @@ from typing import Any
 
 from rlinf.scheduler.backend import Backend, CallFailed
 from rlinf.scheduler.channel.ray_channel import RayChannel
+from rlinf.scheduler.memory_report import probe_node
 from rlinf.scheduler.nodes import NodeInfo, bind_free_port
 from rlinf.scheduler.secret import RunSecret
 from rlinf.scheduler.worker import (
@@ -58,6 +59,7 @@ class RayBackend(Backend):
     # ---- workers ----------------------------------------------------------------------------
     def start_workers(self, cluster: Any, worker_cls: type, placement: Any, name: str, args: Sequence[Any],
                       kwargs: dict, env: dict | None, max_concurrency: int) -> list:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -103,6 +105,7 @@ class RayBackend(Backend):
         return call.remote(method, *args, **kwargs)
 
     def stop_workers(self, handles: list) -> None:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         for actor in handles:
@@ -112,6 +115,7 @@ class RayBackend(Backend):
                 pass
 
     def probe_node(self, cluster: Any, node: int, pid: int | None, timeout: float) -> Any:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -124,17 +128,20 @@ class RayBackend(Backend):
 
     # ---- answers ----------------------------------------------------------------------------
     def wait_any(self, refs: list, timeout: float | None) -> tuple[list, list]:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         return ray.wait(list(refs), num_returns=1, timeout=timeout)
 
     def all_done(self, refs: list) -> bool:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
         return len(ready) == len(refs)
 
     def result(self, ref: Any) -> tuple:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         try:
@@ -143,6 +150,7 @@ class RayBackend(Backend):
             raise _call_failed(exc) from None
 
     async def result_async(self, ref: Any) -> tuple:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         try:
@@ -201,6 +209,7 @@ class RayBackend(Backend):
 
 def _call_failed(exc: Exception) -> CallFailed:
     """The :class:`CallFailed` for a Ray error of a worker call."""
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
 
     if isinstance(exc, ray.exceptions.RayActorError):
@@ -218,9 +227,8 @@ def _strip_ansi(text: str) -> str:
 
 @functools.cache
 def _probe_task():
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
-
-    from rlinf.scheduler.memory_report import probe_node
 
     return ray.remote(num_cpus=0, max_retries=0)(probe_node)
 
@@ -236,6 +244,7 @@ def free_port_on(node: NodeInfo) -> int:
     ``listen``; and a port handed out once (to a group that may still be starting, or to one whose
     killed process the kernel has not released yet) is never handed out again by this driver.
     """
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -249,6 +258,7 @@ def free_port_on(node: NodeInfo) -> int:
 
 @functools.cache
 def _free_port_task():
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
 
     return ray.remote(num_cpus=0)(bind_free_port)

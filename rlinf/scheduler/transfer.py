@@ -43,10 +43,12 @@ from __future__ import annotations
 
 import datetime
 import hmac
+import os
 import pickle
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rlinf.scheduler.cma import probe
 from rlinf.scheduler.errors import SchedulerError
 from rlinf.scheduler.transfer_stream import (
     Header,
@@ -126,6 +128,7 @@ class _Abort:
 def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backend: str,
               bucket_bytes: int, timeout_s: float, device, one_host: bool = False, secret=None) -> _LinkState:
     """Worker side of :meth:`~rlinf.scheduler.links.TensorLink.connect` on Ray: build the link's process group."""
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -144,12 +147,9 @@ def join_link(name: str, rank: int, world_size: int, addr: str, port: int, backe
 def _probe_cma(link: _LinkState) -> bool:
     """Can every receiver read the source's memory? (one read of a random probe, then a MIN
     all-reduce so that all members agree)."""
-    import os
-
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
     import torch.distributed as dist
-
-    from rlinf.scheduler.cma import probe
 
     if link.rank == 0:
         sample = torch.randint(0, 256, (64,), dtype=torch.uint8)
@@ -192,8 +192,6 @@ def send_tensors(link: _LinkState, tensors: dict[str, Any] | LazyTensors) -> int
         return sent
     addresses = _stable_addresses(tensors, specs) if link.cma else None
     if addresses is not None:  # receivers read each tensor where it is: one copy in all
-        import os
-
         _broadcast_object(link, Header(specs, CMA_PIECE_BYTES, source_pid=os.getpid(), addresses=addresses))
         link.process_group.barrier().wait()  # every receiver has read what it needs
         return sum(nbytes_of(spec) for spec in specs)
@@ -260,6 +258,7 @@ def _broadcast_object(link: _LinkState, obj: Any) -> Any:
     The bytes end with an HMAC of the pickle under the run's secret; a receiver checks it before
     unpickling, so a process that slipped into the link's rendezvous (an open TCP store) cannot
     make a worker unpickle its bytes."""
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     if link.secret is None:

@@ -34,8 +34,11 @@ import math
 import os
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+from rlinf.scheduler.cma import read_into
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Piece:
         """The piece as a 1-D tensor (a view for buffered pieces, a fresh tensor for remote ones)."""
         if self.remote is None:
             return self.data
+        # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
         import torch
 
         out = torch.empty(self.numel, dtype=self.dtype)
@@ -83,8 +87,6 @@ class Piece:
         if self.remote is None:
             target.copy_(self.data)
         elif target.dtype == self.dtype and target.device.type == "cpu" and target.is_contiguous():
-            from rlinf.scheduler.cma import read_into
-
             read_into(self.remote[0], self.remote[1], target)
         else:
             target.copy_(self.read())
@@ -99,6 +101,7 @@ def send_order(specs: Sequence[tuple[str, Any, Any]]) -> list[int]:
 
 
 def itemsize(dtype) -> int:
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     return torch.empty((), dtype=dtype).element_size()
@@ -121,6 +124,7 @@ def specs_of(tensors: Any, backend: str) -> tuple[list | None, str | None]:
         >>> specs_of({"w": 1.0}, "gloo")[1]
         "'w' is a float, not a tensor (drop or convert it first)"
     """
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     if hasattr(tensors, "tensor_specs"):
@@ -173,6 +177,7 @@ class Staging:
     the name once every receiver has mapped it (the memory stays until the last mapping goes)."""
 
     def __init__(self, path: str, slot_bytes: int, create: bool):
+        # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
         import torch
 
         self.path, self.slot_bytes = path, slot_bytes
@@ -225,6 +230,7 @@ def write_bucket(slot, reader: SourceReader, bucket: list[tuple[int, int, int]])
 
 def bucket_buffers(link) -> list:
     """The link's two reused bucket buffers (uint8, ``link.bucket_bytes`` each, on its device)."""
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     if link.buffers is None:
@@ -235,6 +241,7 @@ def bucket_buffers(link) -> list:
 def pack_bucket(reader: SourceReader, bucket: list[tuple[int, int, int]], buffer):
     """The bucket's bytes as one flat uint8 tensor: the piece itself when it is one contiguous
     piece on the buffer's device, else packed into ``buffer`` (as :func:`write_bucket` does)."""
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     if len(bucket) == 1:
@@ -289,6 +296,7 @@ class TensorStream:
         self._finish()
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
+        # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
         import torch
 
         assembling, filled = None, 0
@@ -317,8 +325,8 @@ class TensorStream:
             for piece in self.pieces():
                 piece.copy_to(target_of(piece))
             return
-        from concurrent.futures import ThreadPoolExecutor
 
+        # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
         import torch
 
         if self._started:
@@ -347,7 +355,6 @@ class TensorStream:
                 self.link.process_group.barrier().wait()
 
     def _receive_next(self) -> list[Piece]:
-
         index, bucket = self._next, self._buckets[self._next]
         self._next += 1
         if self.header.source_pid is not None:  # cross-memory attach: read when asked

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import os
 import time
@@ -24,6 +25,8 @@ import traceback
 from typing import Any
 
 from rlinf.scheduler.memory_report import worker_memory
+from rlinf.scheduler.pipe import Pipe, PipeEnds
+from rlinf.scheduler.transfer import join_link
 
 # Keys of the environment a worker process is started with (see WorkerGroup).
 ENV_GROUP = "RLINF_GROUP_NAME"
@@ -131,6 +134,7 @@ class Worker:
     @property
     def device(self):
         """``torch.device`` to compute on: ``cuda:0`` (first visible GPU) on GPU nodes, else ``cpu``."""
+        # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
         import torch
 
         if self._rlinf_env_value(ENV_HAS_GPUS, None) == "1" and torch.cuda.is_available():
@@ -142,8 +146,7 @@ class Worker:
 
         Idempotent: a second call does nothing.
         """
-        import datetime
-
+        # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
         import torch.distributed as dist
 
         if dist.is_initialized():
@@ -151,6 +154,7 @@ class Worker:
         if backend is None:
             backend = "nccl" if self.device.type == "cuda" else "gloo"
         if backend == "nccl":
+            # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
             import torch
 
             torch.cuda.set_device(self.device)
@@ -189,8 +193,6 @@ class Worker:
 
     # ---- called by WorkerGroup; not part of the user API -------------------------------------
     def _rlinf_pipe_ends(self):
-        from rlinf.scheduler.pipe import PipeEnds
-
         if not hasattr(self, "_rlinf_pipes"):
             self._rlinf_pipes = PipeEnds(self.__dict__.get("_rlinf_secret"))
         return self._rlinf_pipes
@@ -211,8 +213,6 @@ class Worker:
     def _rlinf_pipe_install(self, name, ends):
         """This worker's ready-made ends of pipe ``name`` (peer rank -> (socket, peer name)),
         replacing the ones of that name (the local backend's socket pairs)."""
-        from rlinf.scheduler.pipe import Pipe
-
         pipes = self._rlinf_pipe_ends()
         pipes.close(name)
         pipes.pipes[name] = {peer_rank: Pipe(sock, name, peer) for peer_rank, (sock, peer) in ends.items()}
@@ -235,8 +235,6 @@ class Worker:
 
     def _rlinf_join_link(self, name, rank, world_size, addr, port, backend, bucket_bytes, timeout_s,
                          one_host=False):
-        from rlinf.scheduler.transfer import join_link
-
         if not hasattr(self, "_rlinf_links"):
             self._rlinf_links = {}
         self._rlinf_links[name] = join_link(name, rank, world_size, addr, port, backend, bucket_bytes,
@@ -268,6 +266,6 @@ class Worker:
         return value, None, time.perf_counter() - start, worker_memory()
 
     def _rlinf_ping(self) -> tuple[str, int]:
-        import ray  # local mode answers pings without calling this
+        import ray  # lazy: Ray only on the Ray backend (local mode answers pings without calling this)
 
         return ray.get_runtime_context().get_node_id(), os.getpid()

@@ -21,6 +21,7 @@ from typing import Any
 from rlinf.scheduler.backend import Backend
 from rlinf.scheduler.errors import OutOfMemoryKilledError, WorkerDiedError
 from rlinf.scheduler.group_call import GroupCall
+from rlinf.scheduler.memory_report import judge_death
 from rlinf.scheduler.nodes import ClusterBase
 from rlinf.scheduler.placement import ComponentPlacement
 from rlinf.scheduler.worker import Worker
@@ -168,8 +169,6 @@ class WorkerGroup:
         judge_death`); later ones (other calls, liveness pings) repeat that verdict and the call it
         died in.
         """
-        from rlinf.scheduler.memory_report import judge_death
-
         worker, node = f"{self.name}[{rank}]", self.placement.processes[rank].node
         if method.startswith("_rlinf_"):  # a ping noticed it: name the call it was running
             method = self._last_method.get(rank, method)

@@ -257,13 +257,13 @@ def test_learner_threads_take_every_core_in_sync_mode_and_the_slots_share_in_asy
     from rlinf.scheduler.placement import ClusterShape, plan_placement
 
     node = NodeInfo(0, "n", "127.0.0.1", num_accelerators=4, has_gpus=False, is_head=True, num_cpus=8)
-    cluster = NS(is_local=False, node=lambda rank: node)
+    cluster = NS(backend=NS(in_process=False), node=lambda rank: node)
     plan = plan_placement({"env": "0-2", "rollout": 3, "actor": 3}, ClusterShape(1, 4))
     runner = OffPolicyRunnerConfig(task_type="embodied")
     assert learner_threads(runner, cluster, plan) == 8
     assert learner_threads(dataclasses.replace(runner, rollout_mode="async"), cluster, plan) == 2
     assert learner_threads(dataclasses.replace(runner, learner_threads=3), cluster, plan) == 3
-    assert learner_threads(runner, NS(is_local=True), plan) is None
+    assert learner_threads(runner, NS(backend=NS(in_process=True)), plan) is None
 
 
 def test_the_memory_estimate_before_ray_holds_the_replay_buffer(tmp_path):

@@ -126,7 +126,7 @@ def local_cluster():
 
 def test_from_config_gives_a_local_cluster_of_the_config_shape(local_cluster):
     cluster, plan = local_cluster
-    assert isinstance(cluster, LocalCluster) and cluster.is_local and cluster.backend.name == "local"
+    assert isinstance(cluster, LocalCluster) and cluster.backend.in_process and cluster.backend.name == "local"
     assert cluster.shape.accelerators_per_node == 3 and cluster.shape.num_nodes == 1
     assert cluster.origin.startswith("local mode") and cluster.node(0).ip == "127.0.0.1"
     assert [c.world_size for c in plan.components.values()] == [1, 1, 1]

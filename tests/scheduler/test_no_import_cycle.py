@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import gc
+import re
 from pathlib import Path
 
 import pytest
@@ -141,9 +142,8 @@ def test_both_backends_implement_the_interface():
         ("ray", False, "local", True)
 
 
-#: where a backend's kind may be read: the cluster's ``is_local`` property and ``local.is_active()``
-#: (both for callers outside the scheduler), and the registry of this process's clusters
-KIND_READERS = {"rlinf/scheduler/nodes.py", "rlinf/scheduler/local/__init__.py", "rlinf/scheduler/backend.py"}
+#: where a backend's kind may be read inside the scheduler: the registry of this process's clusters
+KIND_READERS = {"rlinf/scheduler/backend.py"}
 
 
 def test_no_scheduler_module_asks_which_backend_it_is_on():
@@ -159,6 +159,22 @@ def test_no_scheduler_module_asks_which_backend_it_is_on():
             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "is_active":
                 asks.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
     assert not asks, "ask the cluster's backend instead:\n" + "\n".join(sorted(asks))
+
+
+def test_no_is_local_check_or_process_flag_is_left_anywhere():
+    """The compatibility shims are gone (``cluster.is_local``, ``rlinf.scheduler.local.is_active()``
+    / ``set_active()``): code outside the scheduler asks ``cluster.backend`` or is passed what it
+    needs. A text search (an AST walk of ~1000 files costs seconds)."""
+    pattern = re.compile(r"\.is_local\b|\bis_local\s*=|\b(is_active|set_active)\s*\(")
+    found = []
+    for top in ("rlinf", "tests", "toolkits", "bench", "examples"):
+        for path in (ROOT / top).rglob("*.py"):
+            if path == Path(__file__).resolve():
+                continue
+            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if pattern.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    assert not found, "ask cluster.backend (e.g. .in_process) or pass it explicitly:\n" + "\n".join(found)
 
 
 class _Cluster:

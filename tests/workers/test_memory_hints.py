@@ -46,9 +46,9 @@ def local_actor(tmp_path):
         dist.destroy_process_group()
     os.environ.clear()
     os.environ.update(saved)
-    from rlinf.scheduler.local import set_active
+    from rlinf.scheduler.backend import forget_cluster
 
-    set_active(None)
+    forget_cluster(cluster)  # new channels of this process are no longer its
 
 
 def _batch() -> RolloutBatch:

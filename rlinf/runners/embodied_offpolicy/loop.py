@@ -125,10 +125,12 @@ def learner_threads(runner, cluster: Cluster, plan: PlacementPlan) -> int | None
 
     Example:
         >>> from types import SimpleNamespace as NS
-        >>> learner_threads(NS(learner_threads=3, rollout_mode="sync"), NS(is_local=False), None)
+        >>> learner_threads(NS(learner_threads=3, rollout_mode="sync"), NS(backend=NS(in_process=False)), None)
         3
+        >>> learner_threads(NS(learner_threads=3, rollout_mode="sync"), NS(backend=NS(in_process=True)), None) is None
+        True
     """
-    if getattr(cluster, "is_local", False):
+    if cluster.backend.in_process:
         return None
     if runner.learner_threads is not None:
         return runner.learner_threads

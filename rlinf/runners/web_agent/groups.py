@@ -128,6 +128,19 @@ def total_update_steps(cfg, actor_ranks: int) -> int:
     return max(1, cfg.runner.iterations * a.num_train_epochs * math.ceil(per_iter / per_step))
 
 
+def multi_node(cluster) -> bool:
+    """Whether the browser servers must bind their node's address (the env workers run apart
+    from the driver, on more than one node) rather than 127.0.0.1.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> two, ray, local = NS(num_nodes=2), NS(in_process=False), NS(in_process=True)
+        >>> multi_node(NS(backend=ray, shape=two)), multi_node(NS(backend=local, shape=two))
+        (True, False)
+    """
+    return not cluster.backend.in_process and cluster.shape.num_nodes > 1
+
+
 def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
     from rlinf.workers.actor.web_actor import WebActorWorker
     from rlinf.workers.env.web_env_worker import SERVICE_PURPOSE, WebEnvWorker
@@ -144,7 +157,7 @@ def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
     launched: list[WorkerGroup] = []
     try:
         env = WorkerGroup.launch(cluster, WebEnvWorker, env_plan, name="WebEnvGroup",
-                                 args=(e.server_size, weights, service, site_seed, cluster.shape.num_nodes > 1),
+                                 args=(e.server_size, weights, service, site_seed, multi_node(cluster)),
                                  wait=False)
         launched.append(env)
         rollout = actor = None

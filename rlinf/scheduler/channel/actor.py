@@ -31,6 +31,7 @@ class ChannelActor:
         """``(node id, socket address, key)`` of the same-node fast path (started on first call);
         None where there is none (not Linux). Asked over Ray only: whoever can call this actor can
         already put and get through Ray RPC."""
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         address = await self.fast_path.start()

@@ -119,6 +119,7 @@ def forget(actor) -> None:
 
 
 def _resolve(actor, call: Callable) -> FastPathClient | None:
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
 
     if not ray.is_initialized():

@@ -74,6 +74,7 @@ def _map(x, leaf):
 
 def pack(item: Any, producer: str = "") -> Packed:
     """Replace large tensors of ``item`` by slots and put their bytes in the object store."""
+    # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
     import torch
 
     buffers: list = []
@@ -96,6 +97,7 @@ def pack(item: Any, producer: str = "") -> Packed:
     skeleton = _map(item, leaf)
     if not buffers:
         return Packed(skeleton, None, producer)
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
 
     return Packed(skeleton, ray.put(buffers), producer)
@@ -114,6 +116,7 @@ def to_queue_item(packed: Packed) -> Any:
     """
     if packed.tensors_ref is not None:
         return packed
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     from ray import cloudpickle  # pickles classes defined in __main__ by value, as Ray RPC does
 
     return cloudpickle.dumps(packed, protocol=5)
@@ -150,6 +153,7 @@ def _tensor(x, buffers, tensors):
     if not isinstance(x, _TensorSlot):
         return x
     if x.index not in tensors:
+        # lazy: torch (~2 s) only where tensors move; no scheduler module loads torch at import (CLIs, driver)
         import torch
 
         with warnings.catch_warnings():
@@ -160,6 +164,7 @@ def _tensor(x, buffers, tensors):
 
 
 def _fetch(packed: list[Packed], indices: list[int]) -> list:
+    # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
     import ray
 
     lost_errors = (ray.exceptions.OwnerDiedError, ray.exceptions.ObjectLostError)

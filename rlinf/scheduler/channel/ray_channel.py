@@ -83,6 +83,7 @@ class RayChannel(ChannelBase):
         Raises:
             ValueError: the channel exists with another ``maxsize``.
         """
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -109,6 +110,7 @@ class RayChannel(ChannelBase):
     @classmethod
     def connect(cls, name: str, timeout: float = 30.0) -> RayChannel:
         """Open an existing channel, waiting up to ``timeout`` seconds for it to be created."""
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         deadline = time.monotonic() + timeout
@@ -136,6 +138,7 @@ class RayChannel(ChannelBase):
     def close(self) -> None:
         """End the channel: its actor is stopped and every item still queued is dropped; later
         calls on any handle raise :class:`ChannelClosedError`. Closing twice is harmless."""
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         if self._actor is not None:
@@ -297,6 +300,7 @@ class RayChannel(ChannelBase):
     def _socket_lost(self, lost: FastPathBroken):
         """Raise :class:`ChannelClosedError` when the actor is gone (the usual reason for a lost
         socket), else ConnectionError."""
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         actor = self._live()
@@ -319,6 +323,7 @@ class RayChannel(ChannelBase):
             raise
 
     def _call(self, ref):
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         try:
@@ -327,6 +332,7 @@ class RayChannel(ChannelBase):
             raise ChannelClosedError(f"channel {self.name!r} is gone: {exc}") from None
 
     async def _acall(self, ref):
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         try:
@@ -342,6 +348,7 @@ def _reclaim_in_background(actor, key: str, request_id: str | None, ref,
     thread: the caller may be unwinding a cancellation."""
 
     def reclaim() -> None:
+        # lazy: Ray (~1.5 s) only on the Ray backend; the local backend and the CLIs import this module without it
         import ray
 
         try:

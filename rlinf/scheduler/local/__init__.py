@@ -20,24 +20,3 @@ Example:
     >>> cfg.backend, cfg.plan().component("actor").world_size
     ('local', 1)
 """
-
-from __future__ import annotations
-
-from rlinf.scheduler.backend import current_backend, forget_cluster, note_cluster
-
-
-def is_active() -> bool:
-    """True while the cluster this process made last (and still holds) runs its workers in this
-    process (:func:`~rlinf.scheduler.backend.current_backend`): for code outside the scheduler
-    that has no cluster at hand."""
-    backend = current_backend()
-    return backend is not None and backend.in_process
-
-
-def set_active(cluster) -> None:
-    """``cluster`` (a local cluster) becomes the process's current one; ``None``: no local cluster
-    is (a test's clean-up; :func:`~rlinf.scheduler.backend.forget_cluster`)."""
-    if cluster is None:
-        forget_cluster(None)
-    else:
-        note_cluster(cluster)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import pickle  # trust-reviewed: in-process copies of this process's own items; no socket is read here
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -73,8 +74,6 @@ class LocalChannel(ChannelBase):
 
     @classmethod
     def connect(cls, name: str, timeout: float = 30.0) -> LocalChannel:
-        import time
-
         deadline = time.monotonic() + timeout
         while name not in _REGISTRY or _REGISTRY[name].closed:
             if time.monotonic() > deadline:

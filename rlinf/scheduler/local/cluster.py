@@ -52,6 +52,7 @@ def _set_process_env() -> None:
     """What ``torch.distributed``'s env:// init reads: one process, rank 0 of 1 (left alone when
     the default process group exists already)."""
     try:
+        # lazy: torch only to see whether a process group exists; the local cluster loads without it
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 
 import yaml
 
+from rlinf.scheduler.memory import GIB, Capacity, file_estimator, node_ram_bytes, render_memory
 from rlinf.scheduler.placement.builder import config_key, plan_placement
 from rlinf.scheduler.placement.grammar import PlacementError
 from rlinf.scheduler.placement.render import plan_to_json, render_grid
@@ -160,8 +161,6 @@ def run(argv: Sequence[str] | None = None) -> str:
     args = parser.parse_args(argv)
     estimate_on = None
     if args.memory:  # the whole config is read (Hydra-composed where it has defaults)
-        from rlinf.scheduler.memory import file_estimator
-
         cluster, estimate_on = file_estimator()(args.config)
     else:
         cluster = load_cluster(args.config)
@@ -186,8 +185,6 @@ def run(argv: Sequence[str] | None = None) -> str:
 
 def _memory_text(args, cluster: Mapping, plan, estimate_on) -> str:
     """``--memory``: the estimator's figures for the config, summed on ``plan``."""
-    from rlinf.scheduler.memory import GIB, Capacity, node_ram_bytes, render_memory
-
     gib = args.device_memory_gib if args.device_memory_gib is not None else cluster.get("accelerator_memory_gib")
     if gib is not None and (not isinstance(gib, (int, float)) or gib <= 0):
         raise CliError(f"--device-memory-gib / cluster.accelerator_memory_gib: expected a number > 0, got {gib!r}")

@@ -61,10 +61,6 @@ class WebEnvWorker(Worker):
 
     @staticmethod
     def _host() -> str:
-        from rlinf.scheduler import local
-
-        if local.is_active():  # cluster.backend: local: everything is in this process
-            return LOOPBACK
         try:
             import ray
 
