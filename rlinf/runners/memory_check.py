@@ -130,6 +130,7 @@ def run_capacity(cluster, probe_cuda: bool = True) -> Capacity:
     if cluster.accelerator_memory_gib is not None:
         return Capacity(int(cluster.accelerator_memory_gib * GIB), ram, "cluster.accelerator_memory_gib")
     if probe_cuda:
+        # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
         import torch
 
         if torch.cuda.is_available():
@@ -143,6 +144,7 @@ def _planned(cfg, capacity: Capacity):
         return cfg.cluster.plan()
     count = 1
     if capacity.source.startswith("torch.cuda"):
+        # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
         import torch
 
         count = torch.cuda.device_count()

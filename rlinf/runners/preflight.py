@@ -32,7 +32,11 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +88,6 @@ def check_model_type(tag: str | None, folder: str | None, key: str) -> None:
     """  # noqa: E501 - a doctest's expected output is one line
     if tag is None or folder is None:
         return
-    import json
 
     try:
         with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
@@ -99,8 +102,6 @@ def check_model_type(tag: str | None, folder: str | None, key: str) -> None:
 def check_hf_folder(path: str, key: str, tokenizer: bool = True) -> None:
     """``path`` is an HF model folder: ``config.json``, weights (every shard an index lists) and,
     with ``tokenizer``, tokenizer files."""
-    import json
-
     if not os.path.isdir(path):
         what = "is a file" if os.path.exists(path) else "does not exist"
         raise ConfigError(key, f"{path!r} {what}; expected an HF model folder")
@@ -220,10 +221,6 @@ def run_asset_command(command: str) -> None:
     Raises:
         RuntimeError: it failed (exit code and its last output line).
     """
-    import shlex
-    import subprocess
-    import sys
-
     from rlinf.runners.compose import REPO_ROOT
 
     argv = shlex.split(command)

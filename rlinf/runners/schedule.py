@@ -138,7 +138,7 @@ class ScheduledRunner:
 
     def fit(self, print_fn=print) -> dict[str, float]:
         """Train to ``total_steps`` (or ``schedule.max_seconds``); returns :meth:`summary`."""
-        from tqdm import tqdm
+        from tqdm import tqdm  # lazy: tqdm only for a progress bar on a terminal
 
         s = self.schedule
         started = last_save = time.monotonic()

@@ -68,7 +68,7 @@ def trajectory_key(traj: Any) -> tuple[str, int]:
 
 
 def _read(path: Path) -> dict:
-    import torch
+    import torch  # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
 
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
@@ -153,7 +153,7 @@ class TrajectoryStore:
 
     def save(self) -> Path:
         """Write the file now (atomically); returns its path."""
-        import torch
+        import torch  # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
 
         meta = {**self.metadata, "iteration": self.iteration, "rank": self.rank, "total": self.total,
                 "count": len(self.trajectories), "complete": self.complete,

@@ -21,6 +21,8 @@ Example (the toy task with an MLP policy on a CPU run)::
 
 from __future__ import annotations
 
+import math
+
 from rlinf.config.memory import DTYPE_BYTES, ModelShape, frozen_items, training_items
 from rlinf.runners.memory_check import MIB, dtype_size, fsdp_remedies, fsdp_setup
 from rlinf.scheduler.memory import Capacity, ComponentMemory, MemoryEstimate, MemoryItem
@@ -42,9 +44,7 @@ LIBERO_PROCESS = 2083 * MIB
 def _pi0_params(path: str) -> tuple[int, int]:
     """``(all, PaliGemma's)`` parameters of a π0 / π0.5 folder, from its safetensors headers
     (zeros when unreadable: the preflight names the folder's problem)."""
-    import math
-
-    from rlinf.models.embodied.pi0 import Pi0CheckpointError, inspect_pi0_folder  # only when a π0 policy is sized
+    from rlinf.models.embodied.pi0 import Pi0CheckpointError, inspect_pi0_folder  # lazy: torch (~3 s) only for π0
 
     try:
         shapes = inspect_pi0_folder(path).shapes()

@@ -67,7 +67,7 @@ def _maniskill(cfg: Any, key: str) -> ObsSpec:
 
     p = cfg.init_params
     try:
-        from mani_skill.utils.registration import REGISTERED_ENVS
+        from mani_skill.utils.registration import REGISTERED_ENVS  # lazy: optional extra (maniskill) may be absent
 
         from rlinf.engines.simulators.maniskill import _import_maniskill
 

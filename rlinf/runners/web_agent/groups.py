@@ -6,6 +6,7 @@ rollout ranks for in-place weight sync, as in math runs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from rlinf.scheduler import TensorLink, WorkerGroup
@@ -119,8 +120,6 @@ def sampling_params(cfg, temperature: float | None = None):
 def total_update_steps(cfg, actor_ranks: int) -> int:
     """Optimizer steps the LR schedule plans for (filtered_sft: positive_samples_to_train per
     iteration; grpo: the train rollout's size x group size, one step per sample at most)."""
-    import math
-
     a, e = cfg.algorithm_config, cfg.env_config
     per_iter = (a.positive_samples_to_train if a.method == "filtered_sft"
                 else max(e.train_tasks_rollout_size, 1) * a.group_size)

@@ -173,7 +173,7 @@ class ServerBackend:
     def client(self):
         """One pooled ``httpx.AsyncClient`` per event loop (each rollout phase runs its own loop,
         and a client's connections belong to the loop that opened them)."""
-        import httpx
+        import httpx  # lazy: httpx only for an external OpenAI-compatible server (env_config.vllm_server_url)
 
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:

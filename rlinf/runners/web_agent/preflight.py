@@ -5,6 +5,7 @@ Every failure is a :class:`~rlinf.utils.typed_config.ConfigError` naming a key t
 
 from __future__ import annotations
 
+import glob
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +84,7 @@ def prepare_web(raw: Any) -> WebStart:
 def check_deepspeed_file(cfg) -> None:
     """Resolve the DeepSpeed JSON as the actor will (every key honoured, filled, noted or
     refused), so a bad file stops the run before Ray starts."""
-    import torch
+    import torch  # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
 
     from rlinf.engines.training.deepspeed_config import load_ds_config, resolve_ds_config
     from rlinf.runners.web_agent.groups import actor_section
@@ -105,8 +106,6 @@ def _resume_iteration(cfg) -> int:
     ``recover_mode`` auto / resume: the latest checkpoint whose manifest checks out; a damaged one
     is skipped, said in one line); a fresh run refuses a ``save_path`` that already holds saved
     iterations."""
-    import glob
-
     from rlinf.runners import checkpoint as ckpt
     from rlinf.runners.recovery import latest_checkpoint
 

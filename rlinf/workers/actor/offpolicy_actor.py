@@ -28,6 +28,7 @@ Example (without Ray a worker is a plain object)::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -221,8 +222,6 @@ class OffPolicyActorWorker(Worker):
     def save_policy(self, path: str) -> str:
         """The actor's weights (``sac_actor.pt``, the names :class:`~rlinf.models.embodied.sac_policy.
         SACActorPolicy` loads) and its sizes (``sac_actor.json``) in folder ``path``."""
-        import json
-
         os.makedirs(path, exist_ok=True)
         torch.save(self.policy_state(), os.path.join(path, "sac_actor.pt"))
         actor = self.learner.actor

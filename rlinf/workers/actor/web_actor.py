@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.engines.training.deepspeed_engine import DeepSpeedEngine
 from rlinf.objectives.batching import micro_batches
 from rlinf.objectives.llm import make_loss_fn
 from rlinf.objectives.web import sft_loss_fn
@@ -38,8 +39,6 @@ class WebActorWorker(FSDPActorWorker):
         if deepspeed is None:
             super().__init__(model_path, actor, algorithm, total_steps, with_reference=False)
         else:
-            from rlinf.engines.training.deepspeed_engine import DeepSpeedEngine
-
             torch.manual_seed(actor.seed)
             self.init_process_group()
             self.algorithm, self.max_tokens_per_mbs, self.reference = algorithm, None, None

@@ -39,6 +39,7 @@ class WebEnvWorker(Worker):
 
     def __init__(self, server_size: int, weights: list[float], service_kwargs: dict, site_seed: int | None,
                  multi_node: bool = False):
+        # lazy: the browser server pulls playwright / aiohttp (~1.5 s); the driver imports this class to launch it
         from rlinf.engines.web.client import split_for_rank
         from rlinf.engines.web.service import start_service_thread
 
@@ -47,6 +48,7 @@ class WebEnvWorker(Worker):
         self.site_url = None
         origin_tokens = {}
         if site_seed is not None:
+            # lazy: the shipped sites (~80 ms) only when env_config.site_server is enabled
             from rlinf.envs.web_sites import SiteServer
 
             site_token = self.run_secret.token(SITE_PURPOSE)
@@ -62,7 +64,7 @@ class WebEnvWorker(Worker):
     @staticmethod
     def _host() -> str:
         try:
-            import ray
+            import ray  # lazy: Ray (~1 s) only for a multi-node run on the Ray backend
 
             ip = ray.util.get_node_ip_address()
         except Exception:  # noqa: BLE001 - outside Ray: this machine only

@@ -18,8 +18,12 @@ import torch
 from rlinf.algorithms import overlong_penalty, scale_math_rewards
 from rlinf.config.reward import RewardConfig
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.data.tokenizer import load_tokenizer
 from rlinf.rewards.base import JudgeError, Sample
+from rlinf.rewards.llm_judge import ChatJudge
 from rlinf.rewards.math_verify import MathVerifier
+from rlinf.rewards.qa import exact_match, token_f1
+from rlinf.rewards.reward_model import HFRewardModel
 from rlinf.scheduler import Worker
 
 __all__ = ["JudgeError", "MathRewardWorker"]  # JudgeError: raised by the judge under on_failure: stop
@@ -37,13 +41,9 @@ class MathRewardWorker(Worker):
         self._tokenizer = None
         self.reward_model = None
         if cfg.use_reward_model:
-            from rlinf.rewards.reward_model import HFRewardModel
-
             self.reward_model = HFRewardModel(cfg.model.model_path, micro_batch_size=cfg.model_micro_batch_size)
         self.judge = None
         if cfg.judge.enabled:
-            from rlinf.rewards.llm_judge import ChatJudge
-
             self.judge = ChatJudge.from_config(cfg)
         self.verifier = MathVerifier(num_processes=cfg.verify_processes, timeout_s=cfg.verify_timeout_s)
         self.overlong = (overlong_max_length, overlong_buffer_len, overlong_penalty_factor)
@@ -52,8 +52,6 @@ class MathRewardWorker(Worker):
         """Rule rewards and correctness of each response (``reward.reward_type``: math: ±reward_scale;
         exact_match: reward_scale or 0; f1: reward_scale x token F1, correct = exact match)."""
         if self.cfg.reward_type != "math":
-            from rlinf.rewards.qa import exact_match, token_f1
-
             correct = [exact_match(t, a) for t, a in zip(texts, answers)]
             if self.cfg.reward_type == "f1":
                 return [self.cfg.reward_scale * token_f1(t, a) for t, a in zip(texts, answers)], correct
@@ -103,8 +101,6 @@ class MathRewardWorker(Worker):
         if batch.texts or not batch.batch_size:
             return batch.texts
         if self._tokenizer is None:
-            from rlinf.data.tokenizer import load_tokenizer
-
             path, settings = self.tokenizer_source
             if path is None:
                 raise ValueError("the batch has no texts (rollout.detokenize is false) and this reward "

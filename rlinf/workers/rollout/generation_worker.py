@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import torch
+from safetensors.torch import save_file
 
 from rlinf.config.algorithm import SamplingParams
 from rlinf.config.rollout import RolloutConfig
@@ -142,8 +143,6 @@ class GenerationWorker(Worker):
                 raise RuntimeError(f"rollout.validate_weight: {name!r} differs after the first sync (shape "
                                    f"{tuple(mine.shape)} vs {tuple(theirs.shape)}, max |diff| {diff})")
         if self.cfg.validate_save_dir and self.rank == 0:
-            from safetensors.torch import save_file
-
             os.makedirs(self.cfg.validate_save_dir, exist_ok=True)
             save_file({k: v.detach().cpu().contiguous() for k, v in sent.items()},
                       os.path.join(self.cfg.validate_save_dir, "rollout_weights.safetensors"))
