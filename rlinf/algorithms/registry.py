@@ -275,6 +275,7 @@ def get_policy_loss_fn(name: str) -> Callable:
     >>> get_policy_loss_fn("ppo").__name__
     'compute_ppo_loss'
     """
+    # lazy: breaks the cycle registry <-> policy_loss / kl (they register into it)
     import rlinf.algorithms.policy_loss  # noqa: F401
 
     return POLICY_LOSSES.get(name)
@@ -286,6 +287,7 @@ def get_kl_fn(name: str) -> Callable:
     >>> get_kl_fn("low_var_kl").__name__
     'kl_k3'
     """
+    # lazy: breaks the cycle registry <-> policy_loss / kl (they register into it)
     import rlinf.algorithms.kl  # noqa: F401
 
     return KL_PENALTIES.get(name)

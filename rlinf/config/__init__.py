@@ -12,6 +12,7 @@ __all__ = ["ConfigError", "MATH_COMPONENTS", "MathConfig"]
 
 def __getattr__(name: str):
     if name in ("MathConfig", "MATH_COMPONENTS"):
+        # lazy: rlinf.config.math pulls torch (~3 s); --help / --cfg and the reference doc do not
         from rlinf.config import math
 
         return getattr(math, name)

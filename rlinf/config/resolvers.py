@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
 
 def register_resolvers() -> None:
     """Register ``subtract``, ``add``, ``multiply`` and ``int_div`` (idempotent)."""
-    from omegaconf import OmegaConf
-
     resolvers = {
         "subtract": lambda a, b: a - b,
         "add": lambda a, b: a + b,

@@ -112,8 +112,10 @@ def component_names(placement: Mapping[str, Any]) -> list[str]:
 
 def resolve_hydra(cfg: Any) -> dict[str, Any]:
     """A Hydra ``DictConfig`` as a plain resolved dict (rlinf's resolvers registered)."""
+    # lazy: omegaconf (~0.2 s) only for Hydra configs (the caller's DictConfig loaded it already)
     from omegaconf import OmegaConf
 
+    # lazy: omegaconf (~0.2 s) only for Hydra configs (the caller's DictConfig loaded it already)
     from rlinf.config.resolvers import register_resolvers
 
     register_resolvers()

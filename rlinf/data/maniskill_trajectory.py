@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf.utils.atomic_file import atomic_write
+
 __all__ = ["DemoFileError", "DemoTransitions", "TrajectoryWriter", "json_path_for", "load_demos"]
 
 
@@ -91,6 +93,7 @@ class TrajectoryWriter:
     def __init__(self, h5_path: str | os.PathLike, *, env_id: str, env_kwargs: Mapping[str, Any] | None = None,
                  max_episode_steps: int | None = None, source_type: str | None = None,
                  source_desc: str | None = None):
+        # lazy: h5py (embodied extra, via mani-skill) only for demo files
         import h5py
 
         self.h5_path = Path(h5_path)
@@ -168,8 +171,6 @@ class TrajectoryWriter:
         if self._closed:
             return
         self._closed = True
-        from rlinf.utils.atomic_file import atomic_write
-
         self._file.close()
         os.replace(self._tmp_h5, self.h5_path)
         text = json.dumps(self._json, indent=2).encode()
@@ -245,6 +246,7 @@ def _read_json(json_path: Path, where: str) -> dict:
 
 
 def _episode_arrays(name: str, group: Any, path: Path) -> dict[str, np.ndarray]:
+    # lazy: h5py (embodied extra, via mani-skill) only for demo files
     import h5py
 
     if "obs" not in group:
@@ -298,6 +300,7 @@ def load_demos(h5_path: str | os.PathLike, json_path: str | os.PathLike | None =
         DemoFileError: one line naming the file: missing, damaged or truncated, no episodes, or not
             fitting the env.
     """
+    # lazy: h5py (embodied extra, via mani-skill) only for demo files
     import h5py
 
     path = Path(h5_path)

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -97,8 +98,6 @@ def encode_all(texts: Sequence[str], encode: Callable[[str], list[int]], num_wor
     """
     if num_workers <= 0 or len(texts) < 2:
         return [list(encode(t)) for t in texts]
-    import multiprocessing as mp
-
     global _ENCODE
     _ENCODE = encode  # inherited by the forked workers
     try:

@@ -58,6 +58,7 @@ def _records(path: str) -> Iterator[tuple[str, dict]]:
                 yield f"{path}:{i}", row
     elif ext == ".parquet":
         try:
+            # lazy: optional (math extra): pyarrow only for .parquet files
             import pyarrow.parquet as pq
         except ImportError:
             raise ValueError(f"{path}: reading parquet needs pyarrow") from None

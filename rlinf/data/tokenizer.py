@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
@@ -21,6 +22,7 @@ def load_tokenizer(path: str, settings=None):
     ``settings`` (``actor.tokenizer``, a :class:`~rlinf.config.actor.TokenizerConfig`) adds
     ``use_fast`` (false: the slow tokenizer, which the folder must provide), ``trust_remote_code``
     and ``padding_side``."""
+    # lazy: transformers (~2 s) only when a tokenizer is loaded
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     use_fast = True if settings is None else settings.use_fast
@@ -72,8 +74,6 @@ def save_tokenizer_pinned(tokenizer, out_dir, chat_template: str | None = None) 
     ``PreTrainedTokenizerFast`` in its ``tokenizer_config.json``, so :func:`load_tokenizer` never
     falls back to the class of the model folder's ``config.json``; ``chat_template`` is written
     into the same file when given."""
-    from pathlib import Path
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)

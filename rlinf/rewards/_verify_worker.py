@@ -42,6 +42,7 @@ def check_pair(gold: str, answer: str, gold_cache: dict) -> bool:
         >>> check_pair("$1/2$", "$0.5$", {}), check_pair("$3$", "$x = 3$", {})
         (True, True)
     """
+    # lazy: the child imports math-verify in worker_main's try, so a failed import reaches the parent
     from math_verify import parse, verify
 
     parsed_gold = gold_cache.get(gold)
@@ -62,6 +63,7 @@ def _limit_address_space(headroom_mb: int | None) -> None:
     if not headroom_mb:
         return
     try:
+        # lazy: resource is Unix-only; without it the cap is skipped
         import resource
 
         with open("/proc/self/status") as status:
@@ -79,6 +81,7 @@ def worker_main(conn, memory_headroom_mb: int | None) -> None:
     """Serve verification requests on ``conn`` until ``None`` arrives or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
+        # lazy: the child imports math-verify in worker_main's try, so a failed import reaches the parent
         import math_verify  # noqa: F401
 
         # math-verify warns once per process that its own timeouts are off; that is intended.

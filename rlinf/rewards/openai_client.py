@@ -51,6 +51,7 @@ class ChatClient:
 
     def __init__(self, endpoint: Endpoint, *, max_connections: int = 8, timeout_s: float = 30.0,
                  max_retries: int = 3, backoff_s: float = 0.5, max_tokens: int = 64, temperature: float = 0.0):
+        # lazy: httpx (~0.7 s, math / web extras) only when a judge endpoint is used
         import httpx
 
         if max_connections < 1 or max_retries < 0 or timeout_s <= 0 or backoff_s < 0:
@@ -68,6 +69,7 @@ class ChatClient:
 
     def complete(self, messages: list[dict]) -> ChatResult:
         """One chat completion with retries (see the module docstring)."""
+        # lazy: httpx (~0.7 s, math / web extras) only when a judge endpoint is used
         import httpx
 
         url = self.endpoint.base_url.rstrip("/") + "/chat/completions"

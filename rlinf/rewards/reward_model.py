@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers import AutoModelForSequenceClassification
 
+from rlinf.data.tokenizer import load_tokenizer
 from rlinf.rewards.base import Sample, Score
 
 
@@ -26,10 +28,6 @@ class HFRewardModel:
 
     def __init__(self, model_path: str, *, micro_batch_size: int = 8, device: str | None = None,
                  trust_remote_code: bool = False):
-        from transformers import AutoModelForSequenceClassification
-
-        from rlinf.data.tokenizer import load_tokenizer
-
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.tokenizer = load_tokenizer(model_path)
         self.model = AutoModelForSequenceClassification.from_pretrained(

@@ -19,9 +19,11 @@ DEFAULT_KEYS = ("reward/mean", "reward/accuracy", "val/accuracy", "response/leng
 
 def plot_curves(records: Sequence[dict], path: str, keys: Sequence[str] = DEFAULT_KEYS) -> list[str]:
     """One panel per key that appears in ``records`` (x = ``step``); returns the keys drawn."""
+    # lazy: matplotlib (~1-2 s) only when a plot is drawn
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: matplotlib (~1-2 s) only when a plot is drawn
     import matplotlib.pyplot as plt
 
     drawn = [k for k in keys if any(k in r for r in records)]

@@ -20,6 +20,8 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 
+from rlinf.utils.typed_config import ConfigError
+
 
 class MetricLogger:
     """Writes ``{step, **metrics}`` lines to ``log_path/metrics.jsonl`` and to each backend.
@@ -96,28 +98,27 @@ def _open_backend(backend: str, log_path: str, project: str, experiment: str,
     key = "runner.logger.logger_backends"
     try:
         if backend == "tensorboard":
+            # lazy: the chosen backend only (optional: tensorboard pulls torch, wandb / swanlab are extras)
             from torch.utils.tensorboard import SummaryWriter
 
             purge = None if resume_step is None else resume_step + 1
             return backend, SummaryWriter(os.path.join(log_path, "tensorboard"), purge_step=purge)
         if backend == "wandb":
+            # lazy: the chosen backend only (optional: tensorboard pulls torch, wandb / swanlab are extras)
             import wandb
 
             os.environ.setdefault("WANDB_MODE", "offline")
             return backend, wandb.init(project=project, name=experiment, dir=log_path, reinit=True)
         if backend == "swanlab":
+            # lazy: the chosen backend only (optional: tensorboard pulls torch, wandb / swanlab are extras)
             import swanlab
 
             mode = os.environ.get("SWANLAB_MODE", "offline")
             return backend, swanlab.init(project=project, experiment_name=experiment, logdir=log_path,
                                          mode=mode)
     except ImportError as exc:
-        from rlinf.utils.typed_config import ConfigError
-
         raise ConfigError(key, f"{backend!r} is chosen but not installed ({exc}); "
                                f"pip install {backend}, or remove it") from exc
-    from rlinf.utils.typed_config import ConfigError
-
     raise ConfigError(key, f"unknown backend {backend!r}; choose tensorboard, wandb or swanlab")
 
 

@@ -18,7 +18,10 @@ import argparse
 import os
 import sys
 
+from rlinf.config.translate.areal import translate_areal
 from rlinf.config.translate.common import SourceError, check_result, load_source, result_tree, to_yaml
+from rlinf.config.translate.roll import translate_roll
+from rlinf.utils.typed_config import ConfigError
 
 KINDS = {"areal": "AReaL", "roll": "ROLL"}
 
@@ -36,17 +39,12 @@ def parser() -> argparse.ArgumentParser:
 
 def translate(kind: str, path: str):
     """The :class:`~rlinf.config.translate.common.Translation` of ``path`` (raises SourceError)."""
-    from rlinf.config.translate.areal import translate_areal
-    from rlinf.config.translate.roll import translate_roll
-
     raw = load_source(path, KINDS[kind])
     return (translate_areal if kind == "areal" else translate_roll)(raw)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit code."""
-    from rlinf.utils.typed_config import ConfigError
-
     args = parser().parse_args(argv)
     try:
         t = translate(args.kind, args.file)

@@ -28,6 +28,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rlinf.config.resolvers import register_resolvers
+from rlinf.utils.typed_config import ConfigError
+
 #: reason prefixes of keys that are not translated
 NO = "no counterpart: "
 DIFF = "different meaning: "
@@ -179,10 +186,6 @@ def load_source(path: str, kind: str) -> dict[str, Any]:
         SourceError: missing or unreadable file, not YAML, not a mapping, or an interpolation
             that does not resolve.
     """
-    import yaml
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         with open(path, encoding="utf-8") as f:
             raw = yaml.safe_load(f)
@@ -295,8 +298,6 @@ def result_tree(t: Translation, name: str = "translated") -> dict[str, Any]:
 
 def to_yaml(tree: dict[str, Any], source_path: str, kind: str) -> str:
     """The output YAML with its header comment."""
-    import yaml
-
     header = (f"# Translated from {source_path} ({kind} config) by\n"
               f"# `python -m rlinf.config.translate --from {kind.lower()}`. Keys the source does not set take\n"
               f"# rlinf's defaults; `--explain` lists every source key: what it became, or why it was not\n"
@@ -320,12 +321,8 @@ def check_result(tree: dict[str, Any]) -> bool:
     Raises:
         ConfigError: the first key the math config refuses.
     """
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
+    # lazy: MathConfig pulls torch (~3 s); only --check parses with it
     from rlinf.config.math import MathConfig
-    from rlinf.config.resolvers import register_resolvers
-    from rlinf.utils.typed_config import ConfigError
 
     register_resolvers()
     try:

@@ -11,6 +11,8 @@
 raw actions, value levels) are in :mod:`rlinf.models.embodied.base`.
 """
 
+import importlib
+
 from rlinf.models.embodied.base import EmbodiedPolicy, ObsSpec, PolicyOutput
 from rlinf.models.embodied.cnn_policy import CNNPolicy, CNNPolicyConfig
 from rlinf.models.embodied.factory import build_policy
@@ -35,7 +37,5 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

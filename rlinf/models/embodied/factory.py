@@ -62,14 +62,20 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rlinf.config.actor import ActorModelConfig
 from rlinf.config.model import PolicyModelConfig
 from rlinf.models.embodied.base import EmbodiedPolicy, ObsSpec, check_value_type
+from rlinf.models.embodied.cnn_policy import CNNPolicy, CNNPolicyConfig
+from rlinf.models.embodied.mlp_policy import MLPPolicy, MLPPolicyConfig
+from rlinf.models.embodied.sac_policy import SACActorPolicy
 from rlinf.utils.typed_config import ConfigError, field_default, parse_section
 
 PATH = "actor.model"
@@ -138,7 +144,7 @@ def build_policy(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec: ObsS
     if model_type == "flow_mlp":
         return _build_flow(cfg, obs_spec)
     if model_type in PI0_TYPES:
-        from rlinf.models.embodied.pi0.build import build as build_pi0
+        from rlinf.models.embodied.pi0.build import build as build_pi0  # lazy: loads the pi0 package (~0.3 s)
 
         return build_pi0(cfg, obs_spec, model_type)
     if model_type == "mlp":
@@ -185,7 +191,7 @@ def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec:
         raise ConfigError(f"{PATH}.{action_key}", f"{action_dim}, but {env_label} takes {env_dim}-dimensional "
                           "actions")
     if pi0:  # the folder's metadata and the env: no weights are read
-        from rlinf.models.embodied.pi0.build import check_fits, plan_from_config
+        from rlinf.models.embodied.pi0.build import check_fits, plan_from_config  # lazy: the pi0 package (~0.3 s)
 
         _no_flow_keys(cfg, model_type)
         check_fits(cfg, plan_from_config(cfg, model_type), obs_spec, env_label)
@@ -200,6 +206,7 @@ def check_policy_fits(model_cfg: ActorModelConfig | Mapping[str, Any], obs_spec:
 
 def _openvla_folder_check(cfg: ActorModelConfig, action_dim: int) -> None:
     """The folder, its statistics for ``unnorm_key`` and the LoRA adapter, from metadata only."""
+    # lazy: the openvla package (~0.3 s of modules) only for the openvla types
     from rlinf.models.embodied.openvla.action_tokens import select_stats
     from rlinf.models.embodied.openvla.checkpoint import CheckpointError, inspect_folder
 
@@ -258,8 +265,6 @@ def _load_or_build(cls, config, model_path: str | None):
 
 
 def _build_mlp(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
-    from rlinf.models.embodied.mlp_policy import MLPPolicy, MLPPolicyConfig
-
     _no_lora(cfg, "mlp")
     action_dim = _require(cfg.policy.action_dim, "action_dim", "model_type mlp")
     if obs.state_dim < 1:
@@ -292,8 +297,6 @@ def sac_network_sizes(model_cfg: ActorModelConfig | Mapping[str, Any]) -> dict[s
 
 
 def _build_sac_mlp(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
-    from rlinf.models.embodied.sac_policy import SACActorPolicy
-
     _no_lora(cfg, "sac_mlp")
     p = cfg.policy
     action_dim = _require(p.action_dim, "action_dim", "model_type sac_mlp")
@@ -330,7 +333,7 @@ def check_model_folder(model_cfg: ActorModelConfig | Mapping[str, Any]) -> None:
     cfg = model_cfg if isinstance(model_cfg, ActorModelConfig) else parse_section(ActorModelConfig, model_cfg, PATH)
     model_type = (cfg.model_type or "").lower()
     if model_type in PI0_TYPES:
-        from rlinf.models.embodied.pi0.build import plan_from_config
+        from rlinf.models.embodied.pi0.build import plan_from_config  # lazy: the pi0 package (~0.3 s)
 
         _no_flow_keys(cfg, model_type)
         check_noise_schedule(cfg)
@@ -378,6 +381,7 @@ def _policy_field(name: str) -> dataclasses.Field:
 
 
 def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
+    # lazy: flow_policy pulls rlinf.algorithms.flow_logprob (~0.3 s); only model_type flow_mlp
     from rlinf.models.embodied.flow_policy import FlowPolicy, FlowPolicyConfig
 
     _no_lora(cfg, "flow_mlp")
@@ -417,8 +421,6 @@ def _build_flow(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
 
 
 def _build_cnn(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
-    from rlinf.models.embodied.cnn_policy import CNNPolicy, CNNPolicyConfig
-
     _no_lora(cfg, "cnn")
     action_dim = _require(cfg.policy.action_dim, "action_dim", "model_type cnn")
     if obs.image_shape is None:
@@ -451,8 +453,6 @@ def _build_cnn(cfg: ActorModelConfig, obs: ObsSpec) -> EmbodiedPolicy:
 def _adapter_rank(lora_path: str | None) -> int | None:
     """``r`` of the PEFT ``adapter_config.json`` in ``lora_path`` (None when there is none to read;
     :func:`enable_lora` then reports the folder)."""
-    import json
-
     if lora_path is None:
         return None
     try:
@@ -462,8 +462,7 @@ def _adapter_rank(lora_path: str | None) -> int | None:
 
 
 def _build_openvla(cfg: ActorModelConfig, obs: ObsSpec, temperature: float, model_type: str) -> EmbodiedPolicy:
-    import torch
-
+    # lazy: the openvla package (~0.3 s of modules) only for the openvla types
     from rlinf.models.embodied.openvla import CheckpointError, OpenVLAOptions, enable_lora, load_openvla
 
     model_path = _openvla_precheck(cfg, obs, model_type)

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 MODEL_TYPE = "openvla"
 INDEX_FILE = "model.safetensors.index.json"
@@ -79,8 +81,6 @@ class OpenVLAFolder:
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Tensor name -> shape, read from the shard headers (no weights loaded)."""
-        from safetensors import safe_open
-
         out: dict[str, tuple[int, ...]] = {}
         for name in self.weight_files:
             with safe_open(str(self.path / name), framework="pt") as f:
@@ -90,8 +90,6 @@ class OpenVLAFolder:
 
     def disk_dtype(self) -> torch.dtype:
         """dtype of the first weight tensor on disk (bf16 for the released checkpoints)."""
-        from safetensors import safe_open
-
         names = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
         with safe_open(str(self.path / self.weight_files[0]), framework="pt") as f:
             key = next(iter(f.keys()))
@@ -99,8 +97,6 @@ class OpenVLAFolder:
 
     def tensors(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """Every tensor of the shards (cast to ``dtype`` when given)."""
-        from safetensors.torch import load_file
-
         out: dict[str, torch.Tensor] = {}
         for name in self.weight_files:
             try:
@@ -146,8 +142,6 @@ def inspect_folder(path: str | os.PathLike) -> OpenVLAFolder:
         if missing:
             raise CheckpointError(f"{root}: missing weight shard(s) {', '.join(missing)} listed in {INDEX_FILE}")
     elif (root / SINGLE_FILE).is_file():
-        from safetensors import safe_open
-
         with safe_open(str(root / SINGLE_FILE), framework="pt") as f:
             weight_map = {k: SINGLE_FILE for k in f.keys()}
     else:
@@ -180,8 +174,6 @@ def write_weights(state: Mapping[str, torch.Tensor], out: Path, max_shard_bytes:
                   dtype: torch.dtype | None = None) -> None:
     """Writes ``state`` as safetensors shards ``model-0000i-of-0000n.safetensors`` + the index
     (HF's layout; one shard gets the same names), in ``dtype`` when given."""
-    from safetensors.torch import save_file
-
     tensors = {k: (v if dtype is None else v.to(dtype)).detach().contiguous().cpu() for k, v in state.items()}
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0

@@ -40,6 +40,7 @@ from rlinf.models.embodied.openvla.checkpoint import (
     load_extra,
     write_weights,
 )
+from rlinf.models.embodied.openvla.lora import merged_state_dict, save_lora_adapter
 from rlinf.models.embodied.openvla.modeling import OpenVLAOptions, OpenVLAPolicy
 from rlinf.models.embodied.openvla.prompt import load_tokenizer, special_ids
 from rlinf.models.embodied.openvla.vision import (
@@ -278,8 +279,6 @@ def save_openvla(policy: OpenVLAPolicy, out_dir: str | os.PathLike, state: Mappi
     Returns:
         The folder.
     """
-    from rlinf.models.embodied.openvla.lora import merged_state_dict, save_lora_adapter
-
     out = Path(out_dir)
     with atomic_folder(out) as tmp:
         merged = merged_state_dict(policy, state)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rlinf.models.embodied.openvla.vision import tower_module_links
@@ -92,8 +93,6 @@ def _read_adapter(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     if config.get("use_dora"):
         raise ValueError(f"{cfg_file}: DoRA adapters are not supported")
     if (path / ADAPTER_WEIGHTS).is_file():
-        from safetensors.torch import load_file
-
         weights = load_file(str(path / ADAPTER_WEIGHTS))
     elif (path / "adapter_model.bin").is_file():
         weights = torch.load(path / "adapter_model.bin", map_location="cpu", weights_only=True)
@@ -121,6 +120,7 @@ def enable_lora(policy, rank: int = 32, lora_path: str | os.PathLike | None = No
     Raises:
         FileNotFoundError / ValueError: a bad adapter folder (the message names it).
     """
+    # lazy: peft (embodied extra, ~3 s with transformers) only when LoRA is on
     from peft import LoraConfig, inject_adapter_in_model
 
     if getattr(policy, "lora", None) is not None:
@@ -181,6 +181,7 @@ def enable_lora(policy, rank: int = 32, lora_path: str | os.PathLike | None = No
 
 
 def _lora_layers(policy) -> dict[str, nn.Module]:
+    # lazy: peft (embodied extra, ~3 s with transformers) only when LoRA is on
     from peft.tuners.lora import LoraLayer
 
     return {name: m for name, m in policy.named_modules() if isinstance(m, LoraLayer)}
@@ -208,8 +209,6 @@ def merged_state_dict(policy, state: Mapping[str, torch.Tensor] | None = None) -
 
 def save_lora_adapter(policy, out_dir: str | os.PathLike, state: Mapping[str, torch.Tensor] | None = None) -> Path:
     """Writes the adapter in RLinf's layout (original module names; see the module docstring)."""
-    from safetensors.torch import save_file
-
     lora: LoraState = policy.lora
     state = dict(policy.state_dict() if state is None else state)
     config = dict(lora.config)

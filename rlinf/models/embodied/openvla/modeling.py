@@ -113,6 +113,7 @@ class OpenVLAPolicy(EmbodiedPolicy):
                  tokenizer, ids: SpecialIds, norm_stats: Mapping[str, Any] | None,
                  attn_implementation: str | None = None):
         super().__init__()
+        # lazy: transformers (~2 s) only when a model is built; the pre-Ray folder check imports this package
         from transformers import AutoModelForCausalLM
         from transformers.models.auto import CONFIG_MAPPING
 
@@ -280,6 +281,7 @@ class OpenVLAPolicy(EmbodiedPolicy):
 
     def _generate(self, states, images, wrist_images, instructions, deterministic, generator):
         """Autoregressive decoding (openvla): ``(logits [N, K*A, n], bins [N, K*A], value hidden)``."""
+        # lazy: transformers (~2 s) only when a model is built; the pre-Ray folder check imports this package
         from transformers import DynamicCache
 
         embeds, mask = self._prefix(states, images, wrist_images, instructions)
@@ -389,6 +391,7 @@ class OpenVLAPolicy(EmbodiedPolicy):
 
 def _save_pretrained(self: OpenVLAPolicy, path, state=None) -> None:
     """Writes the policy as a real-format folder (:func:`~.loading.save_openvla`)."""
+    # lazy: breaks the cycle modeling <-> loading (loading builds OpenVLAPolicy)
     from rlinf.models.embodied.openvla.loading import save_openvla
 
     save_openvla(self, path, state=state)

@@ -50,10 +50,12 @@ def load_tokenizer(path: str | Path):
     """
     root = Path(path)
     if (root / "tokenizer.json").is_file():
+        # lazy: transformers (~2 s) only when a tokenizer is loaded; the pre-Ray folder check imports this package
         from transformers import PreTrainedTokenizerFast
 
         return PreTrainedTokenizerFast.from_pretrained(str(root), local_files_only=True)
     if (root / "tokenizer.model").is_file():
+        # lazy: transformers (~2 s) only when a tokenizer is loaded; the pre-Ray folder check imports this package
         from transformers import LlamaTokenizer
 
         return LlamaTokenizer.from_pretrained(str(root), local_files_only=True)

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
-from rlinf.models.embodied.openvla.checkpoint import STATS_FILE, write_weights
+from rlinf.models.embodied.openvla.checkpoint import STATS_FILE, inspect_folder, write_weights
 
 DINO_ID = "vit_large_patch14_reg4_dinov2.lvd142m"
 SIGLIP_ID = "vit_so400m_patch14_siglip_224"
@@ -64,6 +65,7 @@ def instruction_corpus(n: int = 400, seed: int = 0) -> list[str]:
 def build_llama_style_tokenizer(vocab_size: int = 512):
     """A SentencePiece-style BPE (``▁`` marks word starts, the lone ``▁`` is a piece) with
     ``<unk>`` = 0, ``<s>`` = 1, ``</s>`` = 2 and ``<PAD>`` added at id ``vocab_size``."""
+    # lazy: transformers (~2 s) only for writing a tiny checkpoint
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -197,6 +199,7 @@ def write_tiny_openvla(out_dir: str | Path, seed: int = 0, image_size: int = 32,
                    "num_key_value_heads": 2, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
                    "rope_theta": 10000.0, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
                    "pad_token_id": base_vocab, "torch_dtype": "bfloat16"}
+    # lazy: transformers (~2 s) only for writing a tiny checkpoint
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -242,8 +245,6 @@ def write_tiny_openvla(out_dir: str | Path, seed: int = 0, image_size: int = 32,
 def original_lora_modules(folder: str | Path) -> list[tuple[str, tuple[int, ...]]]:
     """``(module name, weight shape)`` of the modules RLinf's LoRA target list matches in a
     checkpoint (Linear and Conv2d weights, original names)."""
-    from rlinf.models.embodied.openvla.checkpoint import inspect_folder
-
     shapes = inspect_folder(folder).shapes()
     out = []
     for key, shape in sorted(shapes.items()):
@@ -261,8 +262,6 @@ def write_tiny_lora(folder: str | Path, out_dir: str | Path, rank: int = 4, alph
     with RLinf's target list and ``adapter_model.safetensors`` keyed
     ``base_model.model.<original module>.lora_{A,B}.weight``; both A and B random (non-zero), so
     the adapter changes the outputs."""
-    from safetensors.torch import save_file
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     gen = torch.Generator().manual_seed(seed)

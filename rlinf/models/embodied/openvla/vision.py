@@ -151,6 +151,7 @@ def build_tower(spec: TowerSpec) -> nn.Module:
     Weights are random until loaded (:func:`split_tower_state` gives the state dict).
     """
     if spec.kind == "dinov2":
+        # lazy: transformers (~2 s) only when a tower is built; the pre-Ray folder check imports this package
         from transformers import Dinov2WithRegistersConfig, Dinov2WithRegistersModel
 
         if not spec.class_token:
@@ -168,6 +169,7 @@ def build_tower(spec: TowerSpec) -> nn.Module:
             for layer in model.encoder.layer:
                 layer.layer_scale1, layer.layer_scale2 = nn.Identity(), nn.Identity()
         return model
+    # lazy: transformers (~2 s) only when a tower is built; the pre-Ray folder check imports this package
     from transformers import SiglipVisionConfig, SiglipVisionModel
 
     if spec.class_token or spec.registers or spec.layer_scale:
@@ -184,6 +186,7 @@ def build_tower(spec: TowerSpec) -> nn.Module:
 @functools.lru_cache(maxsize=1)
 def _siglip_prefix() -> str:
     """``vision_model.`` where transformers nests SigLIP's modules (4.x), else ``""`` (5.x)."""
+    # lazy: transformers (~2 s) only when a tower is built; the pre-Ray folder check imports this package
     from transformers import SiglipVisionConfig, SiglipVisionModel
 
     probe = SiglipVisionModel(SiglipVisionConfig(hidden_size=16, intermediate_size=16, num_hidden_layers=1,

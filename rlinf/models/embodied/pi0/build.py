@@ -23,8 +23,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from rlinf.config.actor import ActorModelConfig
 from rlinf.models.embodied.base import ObsSpec
+from rlinf.models.embodied.pi0 import Pi0CheckpointError, Pi0Options, inspect_pi0_folder, load_pi0, plan_pi0
 from rlinf.utils.typed_config import ConfigError
 
 PATH = "actor.model"
@@ -54,8 +57,6 @@ def action_sizes(cfg: ActorModelConfig) -> tuple[int, int]:
 
 
 def _options(cfg: ActorModelConfig):
-    from rlinf.models.embodied.pi0 import Pi0Options
-
     p = cfg.policy
     return Pi0Options(asset_id=p.unnorm_key, action_horizon=p.action_horizon,
                       discrete_state_input=p.discrete_state_input, tokenizer_path=p.tokenizer_path,
@@ -77,8 +78,6 @@ def plan_from_config(cfg: ActorModelConfig, model_type: str):
     Raises:
         ConfigError: naming the key at fault (see the module docstring).
     """
-    from rlinf.models.embodied.pi0 import Pi0CheckpointError, inspect_pi0_folder, plan_pi0
-
     p = cfg.policy
     if cfg.model_path is None:
         raise _err("model_path", f"required for model_type {model_type} (a π0 / π0.5 checkpoint folder: openpi, "
@@ -157,9 +156,7 @@ def check_fits(cfg: ActorModelConfig, plan, obs: ObsSpec, env_label: str = "the 
 def build(cfg: ActorModelConfig, obs: ObsSpec, model_type: str):
     """Loads the checkpoint and wraps it (after every check of :func:`plan_from_config` and
     :func:`check_fits`)."""
-    import torch
-
-    from rlinf.models.embodied.pi0 import Pi0CheckpointError, load_pi0
+    # lazy: rl_policy pulls rlinf.algorithms.flow_logprob (~0.3 s); the pre-Ray checks (plan_from_config) do not need it
     from rlinf.models.embodied.pi0.rl_policy import Pi0HeadError, Pi0RLConfig, Pi0RLPolicy
 
     plan = plan_from_config(cfg, model_type)

@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from rlinf.models.embodied.pi0.normalization import NormStats, stats_from_openpi_json
 
@@ -83,8 +85,6 @@ class Pi0Folder:
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Tensor name (openpi naming) -> shape, from the file headers."""
-        from safetensors import safe_open
-
         out: dict[str, tuple[int, ...]] = {}
         for name in self.weight_files:
             with safe_open(str(self.path / name), framework="pt") as f:
@@ -94,8 +94,6 @@ class Pi0Folder:
 
     def disk_dtype(self) -> torch.dtype:
         """dtype of the weights on disk (of the language model's first projection)."""
-        from safetensors import safe_open
-
         names = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64}
         with safe_open(str(self.path / self.weight_files[0]), framework="pt") as f:
             keys = list(f.keys())
@@ -104,8 +102,6 @@ class Pi0Folder:
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor (openpi naming), as stored."""
-        from safetensors.torch import load_file
-
         out: dict[str, torch.Tensor] = {}
         for name in self.weight_files:
             try:
@@ -213,8 +209,6 @@ def select_stats(folder: Pi0Folder, asset_id: str | None, pi05: bool) -> NormSta
 
 
 def _processor_step(folder: Pi0Folder, file: str, registry: str) -> tuple[dict, dict[str, torch.Tensor]]:
-    from safetensors.torch import load_file
-
     data = folder.processors.get(file)
     if data is None:
         raise Pi0CheckpointError(f"{folder.path}: no {file} (LeRobot's normaliser statistics)")
@@ -268,8 +262,6 @@ def lerobot_cameras(config: Mapping[str, Any]) -> list[str]:
 
 def write_safetensors(state: Mapping[str, torch.Tensor], path: Path, prefix: str = "") -> None:
     """One safetensors file (contiguous CPU copies; shared storage broken up)."""
-    from safetensors.torch import save_file
-
     tensors = {prefix + k: v.detach().to("cpu").contiguous().clone() for k, v in state.items()}
     save_file(tensors, str(path), metadata={"format": "pt"})
 

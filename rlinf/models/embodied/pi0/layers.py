@@ -123,6 +123,7 @@ class GemmaBlock(nn.Module):
 
     def __init__(self, config, layer_idx: int, cond_dim: int | None = None):
         super().__init__()
+        # lazy: transformers' Gemma (~2 s) only when a model is built; the pre-Ray checks import the pi0 package
         from transformers.models.gemma.modeling_gemma import GemmaAttention, GemmaMLP, GemmaRMSNorm
 
         self.self_attn = GemmaAttention(config, layer_idx)
@@ -145,6 +146,7 @@ class GemmaStack(nn.Module):
 
     def __init__(self, config, cond_dim: int | None = None, with_embedding: bool = False):
         super().__init__()
+        # lazy: transformers' Gemma (~2 s) only when a model is built; the pre-Ray checks import the pi0 package
         from transformers.models.gemma.modeling_gemma import GemmaRMSNorm, GemmaRotaryEmbedding
 
         self.config = config
@@ -199,6 +201,7 @@ def joint_forward(stacks: Sequence[GemmaStack], hiddens: Sequence[torch.Tensor |
     cos, sin = cos[:, None], sin[:, None]
     lengths = [xs[i].shape[1] for i in active]
     cache = [] if return_kv else None
+    # lazy: transformers' Gemma (~2 s) only when a model is built; the pre-Ray checks import the pi0 package
     from transformers.models.gemma.modeling_gemma import rotate_half
 
     for li in range(depth.pop()):

@@ -74,6 +74,7 @@ class Pi0Inputs:
 
 def gemma_config(size: GemmaSize):
     """A transformers ``GemmaConfig`` of these sizes (tanh GELU, RoPE theta 10000, eps 1e-6)."""
+    # lazy: transformers (~2 s) only when a model is built; the pre-Ray checks import the pi0 package
     from transformers import GemmaConfig
 
     return GemmaConfig(hidden_size=size.width, intermediate_size=size.mlp, num_hidden_layers=size.depth,
@@ -84,6 +85,7 @@ def gemma_config(size: GemmaSize):
 
 def siglip_config(size: VisionSize):
     """A transformers ``SiglipVisionConfig`` of these sizes (no pooling head)."""
+    # lazy: transformers (~2 s) only when a model is built; the pre-Ray checks import the pi0 package
     from transformers import SiglipVisionConfig
 
     return SiglipVisionConfig(hidden_size=size.width, intermediate_size=size.mlp, num_hidden_layers=size.depth,
@@ -107,6 +109,7 @@ class PaliGemmaWithExpert(nn.Module):
 
     def __init__(self, spec: Pi0Spec):
         super().__init__()
+        # lazy: transformers (~2 s) only when a model is built; the pre-Ray checks import the pi0 package
         from transformers import SiglipVisionModel
 
         self.paligemma = _Namespace()

@@ -162,6 +162,7 @@ class Pi0Policy(nn.Module):
     def save_pretrained(self, out_dir, dtype: torch.dtype | None = None):
         """Writes the checkpoint in the layout it was loaded from (see
         :func:`rlinf.models.embodied.pi0.loading.save_pi0`)."""
+        # lazy: breaks the cycle policy <-> loading (loading builds Pi0Policy)
         from rlinf.models.embodied.pi0.loading import save_pi0
 
         return save_pi0(self, out_dir, dtype=dtype)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -60,8 +61,6 @@ def to_model_images(images, size: int) -> torch.Tensor:
     """Camera images ``[N, H, W, 3]`` (uint8, or float on the 0..255 scale) -> ``[N, 3, size,
     size]`` float32 in [-1, 1]."""
     if not isinstance(images, torch.Tensor):
-        import numpy as np
-
         images = torch.as_tensor(np.asarray(images))
     x = images
     if x.dim() != 4 or x.shape[-1] != 3:
@@ -122,6 +121,7 @@ class PaliGemmaTokenizer:
     """
 
     def __init__(self, path: str | os.PathLike):
+        # lazy: sentencepiece (embodied extra) only when a tokenizer is loaded
         import sentencepiece
 
         self.path = str(path)

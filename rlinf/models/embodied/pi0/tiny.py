@@ -38,6 +38,7 @@ import random
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from rlinf.models.embodied.pi0.checkpoint import LAYOUTS, LEROBOT_PREFIX, POST_JSON, PRE_JSON, write_safetensors
 from rlinf.models.embodied.pi0.modeling import Pi0Model
@@ -62,6 +63,7 @@ def tiny_corpus(n: int = 300, seed: int = 0) -> list[str]:
 
 @functools.lru_cache(maxsize=4)
 def _tiny_sentencepiece_bytes(vocab_size: int) -> bytes:
+    # lazy: sentencepiece (embodied extra) only for writing a tiny tokenizer
     import sentencepiece
 
     buf = io.BytesIO()
@@ -142,8 +144,6 @@ def _extra_heads(spec: Pi0Spec, gen: torch.Generator) -> dict[str, torch.Tensor]
 
 
 def _lerobot_files(out: Path, spec: Pi0Spec, stats: dict, max_len: int) -> None:
-    from safetensors.torch import save_file
-
     s = spec.vision.image_size
     a_dim, s_dim = len(stats["actions"]["mean"]), len(stats["state"]["mean"])
     mode = "QUANTILES" if spec.pi05 else "MEAN_STD"
@@ -205,6 +205,7 @@ def write_tiny_pi0(out_dir: str | Path, pi05: bool = False, layout: str = "openp
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = train_tiny_sentencepiece(out / "paligemma_tokenizer.model")
+    # lazy: sentencepiece (embodied extra) only for writing a tiny tokenizer
     import sentencepiece
 
     vocab = sentencepiece.SentencePieceProcessor(model_file=str(tok)).get_piece_size()
