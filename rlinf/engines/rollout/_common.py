@@ -66,6 +66,7 @@ def model_eos_ids(model_path: str, override: Any = None) -> list[int]:
     model config's."""
     eos = override
     if eos is None:
+        # lazy: transformers (~2 s) only when a model's config is read
         from transformers import AutoConfig, GenerationConfig
 
         try:

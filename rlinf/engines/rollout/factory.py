@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlinf.config.rollout import RolloutConfig
 from rlinf.engines.rollout.base import RolloutEngine
+from rlinf.engines.rollout.hf import HFRolloutEngine
+from rlinf.engines.rollout.sglang_engine import SGLangRolloutEngine
+from rlinf.engines.rollout.vllm_engine import VLLMRolloutEngine
 from rlinf.utils.typed_config import ConfigError
 
 BACKENDS = ("huggingface", "vllm", "sglang")
@@ -36,20 +40,12 @@ def make_rollout_engine(backend: str, model_path: str, rollout_cfg: Any = None, 
         raise ConfigError("rollout.backend", f"unknown rollout backend {backend!r}; "
                                              f"allowed: {', '.join(BACKENDS)}")
     if rollout_cfg is None:
-        from rlinf.config.rollout import RolloutConfig
-
         rollout_cfg = RolloutConfig(backend=backend)
     if backend == "huggingface":
-        from rlinf.engines.rollout.hf import HFRolloutEngine
-
         args: dict[str, Any] = dict(eos_token_id=rollout_cfg.eos, pad_token_id=rollout_cfg.padding,
                                     decode=rollout_cfg.hf_decode)
         args.update(kw)
         return HFRolloutEngine(model_path, **args)
     if backend == "vllm":
-        from rlinf.engines.rollout.vllm_engine import VLLMRolloutEngine
-
         return VLLMRolloutEngine.from_config(model_path, rollout_cfg, **{"tokenizer": tokenizer_path, **kw})
-    from rlinf.engines.rollout.sglang_engine import SGLangRolloutEngine
-
     return SGLangRolloutEngine.from_config(model_path, rollout_cfg, **kw)

@@ -101,6 +101,7 @@ class HFRolloutEngine(RolloutEngine):
                  dtype: torch.dtype | str | None = None, max_batch_size: int = 64,
                  eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
                  decode: str = "lean"):
+        # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
         from transformers import AutoModelForCausalLM, GenerationConfig
 
         if max_batch_size < 1:
@@ -165,6 +166,7 @@ class HFRolloutEngine(RolloutEngine):
         return out
 
     def _processors(self, sampling: SamplingParams, prompt_len: int, recorder: _RawLogprobRecorder):
+        # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
         from transformers import (
             LogitsProcessorList,
             MinNewTokensLengthLogitsProcessor,
@@ -192,6 +194,7 @@ class HFRolloutEngine(RolloutEngine):
             if sampling.top_p < 1.0:
                 procs.append(TopPLogitsWarper(top_p=float(sampling.top_p)))
             if sampling.min_p > 0:
+                # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
                 from transformers import MinPLogitsWarper
 
                 procs.append(MinPLogitsWarper(min_p=float(sampling.min_p)))
@@ -204,6 +207,7 @@ class HFRolloutEngine(RolloutEngine):
     @torch.no_grad()
     def _generate_chunk(self, items: list[tuple[int, list[int]]],
                         sampling: SamplingParams) -> list[Generation]:
+        # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
         from transformers import GenerationConfig
 
         b = len(items)
@@ -233,6 +237,7 @@ class HFRolloutEngine(RolloutEngine):
                 do_sample=bool(sampling.do_sample), eos_token_ids=self._eos(sampling),
                 pad_token_id=self.pad_token_id, stop_check=watcher)
         else:
+            # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
             from transformers import StoppingCriteriaList
 
             sequences = self.model.generate(

@@ -35,6 +35,7 @@ class SGLangRolloutEngine(RolloutEngine):
     def __init__(self, model_path: str, *, eos_token_id: int | list[int] | None = None,
                  seed: int = 0, **engine_kwargs: Any):
         try:
+            # lazy: optional extra (sglang)
             import sglang
         except ImportError as exc:
             raise ImportError(
@@ -44,6 +45,7 @@ class SGLangRolloutEngine(RolloutEngine):
         if not torch.cuda.is_available():
             raise RuntimeError("rollout.backend=sglang needs a CUDA GPU; none is visible here")
         self.eos_token_ids = model_eos_ids(model_path, eos_token_id)
+        # lazy: transformers (~2 s) only when the engine is built
         from transformers import AutoConfig
 
         self.vocab_size = int(AutoConfig.from_pretrained(model_path).vocab_size)

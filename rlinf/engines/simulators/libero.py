@@ -50,6 +50,7 @@ def prepare_libero() -> str:
     gl = os.environ.setdefault("MUJOCO_GL", "egl")
     if gl in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", gl)
+    # lazy: optional extra (libero)
     import libero.libero as libero_pkg
 
     # hf-libero resolves assets through this cache first; the config's folder wins over its
@@ -98,6 +99,7 @@ class LiberoSingleEnv(SingleEnv):
     def __init__(self, suite: str, task_ids: Sequence[int] | None = None, camera_size: tuple[int, int] = (128, 128),
                  camera_names: Sequence[str] = ("agentview", "robot0_eye_in_hand"), shadows: bool = False):
         prepare_libero()
+        # lazy: optional extra (libero)
         from libero.libero import benchmark
 
         self._suite_name = suite
@@ -143,6 +145,7 @@ class LiberoSingleEnv(SingleEnv):
             self._env = None
 
     def _build(self, task_id: int) -> None:
+        # lazy: optional extra (libero)
         from libero.libero import get_libero_path
         from libero.libero.envs import OffScreenRenderEnv
 

@@ -60,6 +60,7 @@ def _import_maniskill() -> None:
     # A missing asset must never turn into an interactive prompt; assets are checked beforehand.
     os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
     try:
+        # lazy: optional extra (embodied: mani-skill, sapien, gymnasium)
         import mani_skill.envs  # noqa: F401  (registers the tasks)
     except ImportError as exc:
         raise ImportError("ManiSkill3 is not installed: run `bash scripts/setup_env.sh --extras embodied`") from exc
@@ -87,6 +88,7 @@ def missing_maniskill_assets(env_id: str) -> list[tuple[str, Path]]:
     An empty folder counts as missing (a failed download leaves one behind).
     """
     _import_maniskill()
+    # lazy: optional extra (embodied: mani-skill, sapien, gymnasium)
     from mani_skill.utils import assets
     from mani_skill.utils.registration import REGISTERED_ENVS
 
@@ -110,6 +112,7 @@ def check_maniskill_assets(env_id: str) -> None:
     missing = missing_maniskill_assets(env_id)
     if not missing:
         return
+    # lazy: optional extra (embodied: mani-skill, sapien, gymnasium)
     from mani_skill import ASSET_DIR
 
     shown = "; ".join(f"{a} -> {p}" for a, p in missing[:5])
@@ -169,6 +172,7 @@ def cpu_sim_render_backend() -> str:
     else ``"cpu"`` (asked once per process). ManiSkill's default ``"gpu"`` falls back to the CPU by
     itself on a machine without CUDA, but logs "Requested to use render device ..., but CUDA
     device was not found" for every environment it builds."""
+    # lazy: optional extra (embodied: mani-skill, sapien, gymnasium)
     import sapien
 
     try:
@@ -184,6 +188,7 @@ def _is_vulkan_error(exc: BaseException) -> bool:
 
 
 def _default_steps(env_id: str) -> int:
+    # lazy: optional extra (embodied: mani-skill, sapien, gymnasium)
     from mani_skill.utils.registration import REGISTERED_ENVS
 
     return int(REGISTERED_ENVS[env_id].max_episode_steps or 100)
@@ -205,6 +210,7 @@ class ManiSkillSingleEnv(SingleEnv):
                  sim_config: dict[str, Any] | None = None, sensor_configs: dict[str, Any] | None = None,
                  human_render_camera_configs: dict[str, Any] | None = None, instruction: str | None = None):
         check_maniskill_assets(env_id)
+        # lazy: optional extra (embodied: mani-skill, sapien, gymnasium)
         import gymnasium as gym
 
         kwargs = _make_kwargs(obs_mode, control_mode, reward_mode, camera_size, sim_config,
@@ -260,6 +266,7 @@ class ManiSkillGPUSim(BatchSim):
 
     def __init__(self, num_envs: int, env_id: str, **kwargs: Any):
         check_maniskill_assets(env_id)
+        # lazy: optional extra (embodied: mani-skill, sapien, gymnasium)
         import gymnasium as gym
 
         camera_size = kwargs.pop("camera_size", None)

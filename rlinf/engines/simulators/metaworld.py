@@ -133,6 +133,7 @@ def import_metaworld() -> Any:
     if gl in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", gl)
     try:
+        # lazy: optional extra (metaworld, with mujoco)
         import metaworld
     except ImportError as exc:
         raise ImportError(_NOT_INSTALLED) from exc
@@ -144,14 +145,17 @@ def _offscreen_gl_context() -> None:
     may have imported it before without the variable, leaving the windowed GLFW backend, which
     fails without a display. Switch the renderer's context class to the offscreen backend that
     ``MUJOCO_GL`` names (egl / osmesa) in that case."""
+    # lazy: optional extra (metaworld, with mujoco)
     from mujoco import gl_context
 
     wanted = os.environ.get("MUJOCO_GL", "").lower()
     if wanted in ("egl", "osmesa") and gl_context.GLContext.__module__ == "mujoco.glfw":
         os.environ.setdefault("PYOPENGL_PLATFORM", wanted)
         if wanted == "egl":
+            # lazy: optional extra (metaworld, with mujoco)
             from mujoco.egl import GLContext
         else:
+            # lazy: optional extra (metaworld, with mujoco)
             from mujoco.osmesa import GLContext
         gl_context.GLContext = GLContext
 
@@ -167,6 +171,7 @@ def _new_task_env(name: str) -> Any:
     """A Meta-World env of task ``name`` with the goal observable, drawing its initial state from
     its own seeded generator on every reset (as ``ALL_V3_ENVIRONMENTS_GOAL_OBSERVABLE`` builds
     them, without their fixed state)."""
+    # lazy: optional extra (metaworld, with mujoco)
     from metaworld.env_dict import ALL_V3_ENVIRONMENTS
 
     env = ALL_V3_ENVIRONMENTS[name]()
@@ -252,6 +257,7 @@ class MetaWorldSingleEnv(SingleEnv):
         self._env = None
 
     def _renderer(self) -> Any:
+        # lazy: optional extra (metaworld, with mujoco)
         import mujoco
 
         _offscreen_gl_context()
@@ -280,6 +286,7 @@ class MetaWorldSingleEnv(SingleEnv):
         if key not in self._upside_down:
             # Meta-World's corner cameras are defined upside down (the image "up" axis points
             # down in the world); rotating by 180 degrees makes them upright without mirroring.
+            # lazy: optional extra (metaworld, with mujoco)
             import mujoco
 
             cam_id = mujoco.mj_name2id(self._env.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)

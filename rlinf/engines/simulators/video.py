@@ -32,6 +32,7 @@ def draw_text(frame: np.ndarray, lines: Sequence[str]) -> np.ndarray:
     >>> out.shape, bool(out.any())
     ((40, 80, 3), True)
     """
+    # lazy: imageio / Pillow (embodied extra) only when a video is written
     from PIL import Image, ImageDraw, ImageFont
 
     image = Image.fromarray(np.ascontiguousarray(frame))
@@ -62,6 +63,7 @@ def tile_frames(frames: np.ndarray, cols: int | None = None) -> np.ndarray:
 
 def write_video(path: str | Path, frames: Sequence[np.ndarray], fps: int = 10) -> Path:
     """Write ``[H, W, 3]`` uint8 frames as an H.264 mp4 (odd sizes are padded to even)."""
+    # lazy: imageio / Pillow (embodied extra) only when a video is written
     import imageio.v2 as imageio
 
     path = Path(path)

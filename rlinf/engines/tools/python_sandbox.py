@@ -52,10 +52,12 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -417,8 +419,6 @@ def _kernel() -> tuple[int, int]:
 
 def _bench(n: int) -> None:
     """Median wall time of ``n`` calls printing 1, per isolation mode that works here."""
-    import statistics
-    import time
     bare = []
     for _ in range(n):
         t0 = time.perf_counter()

@@ -51,6 +51,7 @@ class _Libc:
     """The few Linux calls the ``unshare`` mode needs, through ctypes."""
 
     def __init__(self):
+        # lazy: the sandbox boot imports only what its mode needs; ctypes only for unshare
         import ctypes
         self.ctypes = ctypes
         self.libc = ctypes.CDLL(None, use_errno=True)
@@ -232,6 +233,7 @@ def run_cell(code, filename, namespace):
 def report(exc, memory_bytes):
     """Print ``exc`` for the model; return the exit code."""
     sys.stdout.flush()
+    # lazy: tens of ms at every cell's start-up (see the imports above); only on an error
     import linecache
     import traceback
     for filename, code in SOURCES.items():

@@ -39,6 +39,7 @@ import os
 import site
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 
 __all__ = ["InterpreterLayout", "MountPlan", "interpreter_layout", "mount_plan", "project_dirs", "SYSTEM_PATHS"]
@@ -77,7 +78,6 @@ def interpreter_layout(python: str, env: dict[str, str]) -> InterpreterLayout:
     """The layout of ``python`` (an absolute path): read in-process when it is this interpreter,
     else asked of it once (``OSError``/``ValueError`` when it cannot say)."""
     if os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable:
-        import sysconfig
         raw = {"executable": sys.executable, "prefix": sys.prefix, "base_prefix": sys.base_prefix,
                "base_exec_prefix": sys.base_exec_prefix, "site_packages": site.getsitepackages(),
                "stdlib": sysconfig.get_paths()["stdlib"]}

@@ -150,6 +150,7 @@ class SearchOptions:
 def _make_stemmer(language: str, key: str):
     """A PyStemmer stemmer for ``language`` (``stemWord`` per token), or a ConfigError at ``key``."""
     try:
+        # lazy: optional extra (agent: bm25s, PyStemmer); a missing one is a ConfigError
         import Stemmer
     except ImportError:
         raise ConfigError(key, f"stemmer {language!r} needs PyStemmer, which is not installed "
@@ -161,6 +162,7 @@ def _make_stemmer(language: str, key: str):
 
 def _import_bm25s(key: str):
     try:
+        # lazy: optional extra (agent: bm25s, PyStemmer); a missing one is a ConfigError
         import bm25s
     except ImportError:
         raise ConfigError(key, "the search tool needs bm25s, which is not installed "
@@ -240,6 +242,7 @@ class SearchTool(Tool):
 
         Safe to call from many threads (one lock; see the module docstring).
         """
+        # lazy: numpy (~0.1 s) only when searching (bm25s has loaded it then); registering the tool does not
         import numpy as np
 
         k = self.options.top_k if k is None else k

@@ -390,6 +390,7 @@ def import_deepspeed():
 def _zero_fields() -> set[str]:
     try:
         import_deepspeed()
+        # lazy: optional extra (deepspeed, which brings pydantic)
         from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
     except ImportError:
         return {"overlap_comm", "contiguous_gradients", "reduce_bucket_size", "offload_optimizer", "offload_param"}
@@ -404,6 +405,7 @@ def _validate_model(module: str, cls_name: str, values: dict, prefix: str, sourc
     try:
         import_deepspeed()
         cls = getattr(importlib.import_module(f"deepspeed.{module}"), cls_name)
+        # lazy: optional extra (deepspeed, which brings pydantic)
         from pydantic import ValidationError
     except ImportError:
         return

@@ -59,6 +59,7 @@ def skip_shm_comm_build() -> None:
     """Mark DeepSpeed's ``deepspeed_shm_comm`` op unavailable so that wrapping the process group
     does not JIT-compile it (it only serves DeepSpeed-inference's all-reduce)."""
     import_deepspeed()
+    # lazy: optional extra (deepspeed)
     import deepspeed.ops
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
@@ -95,6 +96,7 @@ class DeepSpeedEngine(TrainingEngine):
                  total_steps: int | None = None, train_entropy: bool = False, token_weighted: bool = True,
                  micro_batch_size: int | None = None, gradient_accumulation_steps: int | None = None,
                  device: torch.device | None = None) -> None:
+        # lazy: transformers (~2 s) only when the model is built; importing the engine does not
         from transformers import AutoConfig
 
         if not dist.is_initialized():
@@ -131,12 +133,14 @@ class DeepSpeedEngine(TrainingEngine):
         self.step = 0  #: optimizer steps taken (the LR schedule position)
 
     def _initialize(self, model_path: str, actor: ActorConfig):
+        # lazy: transformers (~2 s) only when the model is built; importing the engine does not
         from transformers import AutoModelForCausalLM
 
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         os.environ.setdefault("LOCAL_RANK", str(self.device.index or 0))
         skip_shm_comm_build()
+        # lazy: optional extra (deepspeed)
         import deepspeed
 
         torch.manual_seed(actor.seed)
@@ -258,6 +262,7 @@ class DeepSpeedEngine(TrainingEngine):
         the CPU: the optimizer's fp32 master weights of trained parameters (gathered from the ZeRO
         partitions), the module's values for the rest. Collective; rank 0 gets the tensors, other
         ranks ``{}``."""
+        # lazy: optional extra (deepspeed)
         from deepspeed.utils import safe_get_full_fp32_param
 
         self.onload()
@@ -276,6 +281,7 @@ class DeepSpeedEngine(TrainingEngine):
     def _gathered(self, tensor: torch.Tensor) -> torch.Tensor:
         """The full value of a module tensor (ZeRO-3 gathers a partitioned parameter)."""
         if hasattr(tensor, "ds_id"):
+            # lazy: optional extra (deepspeed)
             import deepspeed
 
             with deepspeed.zero.GatheredParameters([tensor], modifier_rank=None):
@@ -316,6 +322,7 @@ class DeepSpeedEngine(TrainingEngine):
         :meth:`onload` themselves."""
         if self.device.type == "cpu":
             return
+        # lazy: optional extra (deepspeed)
         from deepspeed.runtime.zero.offload_config import OffloadStateTypeEnum as S
 
         include = ([S.lp_params, S.hp_params] if weights else []) + \

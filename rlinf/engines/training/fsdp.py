@@ -77,6 +77,7 @@ from rlinf.engines.training.common import (
 from rlinf.engines.training.fsdp_checkpoint import load_sharded, save_sharded, write_hf_folder
 from rlinf.engines.training.fsdp_setup import apply_liger, check_config, shard_model
 from rlinf.engines.training.fsdp_weights import GatheredWeights
+from rlinf.engines.training.lora import inject_lora, merge_lora_state, write_adapter
 from rlinf.engines.training.lr_schedule import schedule_from_config
 
 
@@ -100,6 +101,7 @@ class FSDPEngine(TrainingEngine):
     def __init__(self, model_path: str, cfg: ActorConfig, *, temperature: float = 1.0,
                  device: torch.device | None = None, total_steps: int | None = None,
                  train_entropy: bool = True, token_weighted: bool = True) -> None:
+        # lazy: transformers (~2 s) only when the model is built; importing the engine does not
         from transformers import AutoConfig
 
         if device is None:
@@ -129,8 +131,6 @@ class FSDPEngine(TrainingEngine):
         self.pad_token_id = int(getattr(model.config, "pad_token_id", None) or 0)
         self.lora_config = None  # actor.model.is_lora: PEFT layers in place, the rest frozen
         if cfg.model.is_lora:
-            from rlinf.engines.training.lora import inject_lora
-
             self.lora_config = inject_lora(model, cfg.model.lora_rank, cfg.model.llm.lora_alpha,
                                            cfg.model.llm.lora_target_modules, cfg.model.lora_path)
         if fc.use_liger_kernel:
@@ -155,6 +155,7 @@ class FSDPEngine(TrainingEngine):
     # ---- what the model is and what its forward returns (a value engine overrides both) ----------
     def _load_model(self, model_path: str, **kwargs) -> torch.nn.Module:
         """The HF model to train: a causal LM."""
+        # lazy: transformers (~2 s) only when the model is built; importing the engine does not
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
@@ -270,8 +271,6 @@ class FSDPEngine(TrainingEngine):
         self.onload()
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.lora_config is not None and state:
-            from rlinf.engines.training.lora import merge_lora_state
-
             state = merge_lora_state(state, self.lora_config)
         return state
 
@@ -299,8 +298,6 @@ class FSDPEngine(TrainingEngine):
         self.onload()
         save_sharded(self.model, self.optimizer, path, self.step)
         if self.lora_config is not None:  # the adapter alone, in PEFT's layout, next to the shards
-            from rlinf.engines.training.lora import write_adapter
-
             adapter = self.adapter_state_dict()
             on_rank0(lambda: write_adapter(adapter, self.lora_config, os.path.join(path, "lora_adapter")))
 

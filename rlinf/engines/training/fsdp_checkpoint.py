@@ -19,6 +19,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from rlinf.engines.training.collective_save import on_rank0, plain_dcp_error
+from rlinf.utils.hf_save import save_hf_model
 
 ENGINE_STATE_FILE = "engine_state.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".index.json")
@@ -65,9 +66,8 @@ def write_hf_folder(state: dict[str, torch.Tensor], hf_config, model_path: str, 
     """Write an HF model folder: ``config.json`` and safetensors weights from ``state`` (their
     dtype), then the other non-weight files of ``model_path`` verbatim (tokenizer, generation
     config, chat template, ...)."""
+    # lazy: transformers (~2 s) only when an HF folder is written
     from transformers import AutoModelForCausalLM
-
-    from rlinf.utils.hf_save import save_hf_model
 
     os.makedirs(path, exist_ok=True)
     dtype = next(iter(state.values())).dtype if state else torch.float32

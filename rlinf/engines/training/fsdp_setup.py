@@ -56,6 +56,7 @@ def apply_liger(model: torch.nn.Module) -> None:
     """Patch the model instance with Liger's Triton kernels (RoPE, RMSNorm, SwiGLU); the engine
     computes log-probs from logits itself, so the fused cross-entropy is left off."""
     try:
+        # lazy: optional (liger-kernel), only with its config key on
         import liger_kernel.transformers as liger
     except ImportError as exc:
         raise ImportError("actor.fsdp_config.use_liger_kernel=true needs the liger-kernel package") from exc

@@ -43,6 +43,7 @@ class FSDPValueEngine(FSDPEngine):
     """:class:`FSDPEngine` over a value model (see the module docstring)."""
 
     def _load_model(self, model_path: str, **kwargs) -> torch.nn.Module:
+        # lazy: transformers (~2 s) only when the model is built; importing the engine does not
         from transformers import AutoConfig, AutoModelForTokenClassification
 
         config = AutoConfig.from_pretrained(model_path, num_labels=1,

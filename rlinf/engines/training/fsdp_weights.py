@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from rlinf.scheduler.transfer import send_order
+
 
 class GatheredWeights:
     """Names, shapes and dtypes of a (possibly FSDP2-sharded) module's state, gathered on demand."""
@@ -64,8 +66,6 @@ class GatheredWeights:
 
     def gather_along(self) -> None:
         """On a rank that does not send: take part in every gather, in the source's order."""
-        from rlinf.scheduler.transfer import send_order
-
         specs = self.tensor_specs()
         for index in send_order(specs):
             self[specs[index][0]]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 
 ADAPTER = "default"
 PEFT_PREFIX = "base_model.model."
@@ -46,6 +47,7 @@ def inject_lora(model: torch.nn.Module, rank: int, alpha: float | None = None,
     Raises:
         ValueError: no module matches ``target_modules``, or a bad ``lora_path`` (named).
     """
+    # lazy: optional (peft, embodied extra; ~3 s with transformers) only when LoRA is on
     from peft import LoraConfig, inject_adapter_in_model
 
     saved: dict[str, torch.Tensor] = {}
@@ -57,8 +59,6 @@ def inject_lora(model: torch.nn.Module, rank: int, alpha: float | None = None,
             disk = json.load(f)
         rank, alpha = int(disk["r"]), float(disk.get("lora_alpha", disk["r"]))
         target_modules = tuple(disk.get("target_modules") or target_modules)
-        from safetensors.torch import load_file
-
         saved = load_file(str(Path(lora_path) / "adapter_model.safetensors"))
     alpha = float(rank if alpha is None else alpha)
     targets = [n for n, m in model.named_modules()
@@ -118,8 +118,6 @@ def adapter_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def write_adapter(state: Mapping[str, torch.Tensor], config: Mapping[str, Any], out_dir: str) -> None:
     """``adapter_config.json`` + ``adapter_model.safetensors`` (PEFT's layout) in ``out_dir``."""
-    from safetensors.torch import save_file
-
     os.makedirs(out_dir, exist_ok=True)
     save_file(adapter_state(state), os.path.join(out_dir, "adapter_model.safetensors"))
     with open(os.path.join(out_dir, "adapter_config.json"), "w", encoding="utf-8") as f:

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from rlinf.engines.training.megatron.layout import ConversionError
 
@@ -114,6 +116,7 @@ def _torch_load(path: Path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as first_error:
         try:
+            # lazy: optional extra (megatron)
             from megatron.core.safe_globals import SAFE_GLOBALS
         except ImportError:
             raise ConversionError(f"cannot load {path} with weights_only: {first_error}") from None
@@ -205,8 +208,6 @@ class HFWeights(Mapping[str, torch.Tensor]):
     """
 
     def __init__(self, folder: str | os.PathLike):
-        from safetensors import SafetensorError, safe_open
-
         self.folder = Path(folder)
         self.files = sorted(self.folder.glob("*.safetensors"))
         self._where: dict[str, Any] = {}
@@ -266,8 +267,6 @@ class HFWeights(Mapping[str, torch.Tensor]):
 
 def write_hf_weights(folder: str | os.PathLike, state: Mapping[str, torch.Tensor]) -> Path:
     """Write ``state`` as ``<folder>/model.safetensors``; returns the path."""
-    from safetensors.torch import save_file
-
     path = Path(folder) / "model.safetensors"
     save_file(dict(state), str(path), metadata={"format": "pt"})
     return path

@@ -49,6 +49,7 @@ _MODEL_TYPE_ALIASES = {"qwen2": "qwen2", "qwen2.5": "qwen2", "llama": "llama", "
 
 def hf_config_from_dict(raw: dict[str, Any]) -> Any:
     """The transformers config object of a ``config.json`` dict (defaults filled as HF does)."""
+    # lazy: transformers (~2 s) only when a config is converted
     from transformers import CONFIG_MAPPING
 
     model_type = raw.get("model_type") or layout.family_of(raw).name

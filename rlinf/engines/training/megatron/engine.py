@@ -129,6 +129,7 @@ class MegatronEngine(TrainingEngine):
         which must pass the same batches); None when a replica is one rank."""
         if self.layout.tp * self.layout.pp == 1:
             return None
+        # lazy: optional extra (megatron)
         from megatron.core import parallel_state as ps
 
         return ps.get_model_parallel_group()
@@ -154,6 +155,7 @@ class MegatronEngine(TrainingEngine):
     def _token_logprobs(self, output: torch.Tensor, x: ModelInputs, with_entropy: bool):
         """fp32 ``(logprobs, entropy or None)`` ``[b, R]`` of the response tokens from the last
         stage's vocabulary-parallel logits ``[b, s, V / tp]``, 0 outside ``response_mask``."""
+        # lazy: optional extra (megatron)
         from megatron.core import parallel_state as ps
 
         mb = x.batch
@@ -172,6 +174,7 @@ class MegatronEngine(TrainingEngine):
     def _run(self, inputs: list[ModelInputs], loss_func_for, forward_only: bool) -> list:
         """One pass of megatron's schedule (1F1B when pipelined) over ``inputs``; returns what the
         last stage's loss functions collected (``[]`` on other stages)."""
+        # lazy: optional extra (megatron)
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         data = iter(inputs)
@@ -215,6 +218,7 @@ class MegatronEngine(TrainingEngine):
         """The last pipeline stage's collected results, on every stage."""
         if self.layout.pp == 1:
             return results
+        # lazy: optional extra (megatron)
         from megatron.core import parallel_state as ps
 
         box = [results if self.layout.is_last_stage else None]
@@ -323,6 +327,7 @@ class MegatronEngine(TrainingEngine):
     def export_hf(self, path: str) -> None:
         """Rank 0 writes an HF folder (config, safetensors weights, the model folder's other
         files). Collective."""
+        # lazy: fsdp_checkpoint pulls torch.distributed.checkpoint (~0.25 s); only when an HF folder is written
         from rlinf.engines.training.fsdp_checkpoint import write_hf_folder
 
         state = self.full_state_dict()

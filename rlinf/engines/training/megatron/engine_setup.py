@@ -13,6 +13,11 @@ import torch
 import torch.distributed as dist
 
 from rlinf.config.actor import ActorConfig
+from rlinf.engines.training.megatron.checkpoint_io import load_shard
+from rlinf.engines.training.megatron.convert import checkpoint_layout, read_hf_config
+from rlinf.engines.training.megatron.hf_cache import converted_checkpoint
+from rlinf.engines.training.megatron.layout import ConversionError, check_parallel_sizes, family_of
+from rlinf.engines.training.megatron.model import build_gpt_model
 from rlinf.engines.training.megatron.runtime import ParallelLayout
 
 ENGINE_STATE_FILE = "megatron_engine_state.json"
@@ -21,9 +26,8 @@ ENGINE_STATE_FILE = "megatron_engine_state.json"
 def load_hf_config(model_path: str, cfg: ActorConfig):
     """The HF config of ``model_path``, checked against the architecture keys of ``actor.model``
     and against the parallel sizes."""
+    # lazy: transformers (~2 s) only when the model is built; importing the engine does not
     from transformers import AutoConfig
-
-    from rlinf.engines.training.megatron.layout import ConversionError, check_parallel_sizes, family_of
 
     hf_config = AutoConfig.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     try:
@@ -53,8 +57,6 @@ def weights_folder(model_path: str, cfg: ActorConfig, device: torch.device) -> s
     converted by global rank 0 (cached; the other ranks wait and get its path)."""
     if cfg.model.llm.megatron_checkpoint is not None:
         return cfg.model.llm.megatron_checkpoint
-    from rlinf.engines.training.megatron.hf_cache import converted_checkpoint
-
     box: list[Any] = [None]
     if dist.get_rank() == 0:
         ck = cfg.megatron.ckpt_config()
@@ -77,8 +79,6 @@ def weights_folder(model_path: str, cfg: ActorConfig, device: torch.device) -> s
 def checkpoint_meta(folder: str, model_path: str, layout: ParallelLayout) -> dict[str, Any]:
     """Sizes of the converted checkpoint (layers per stage, vocabulary), checked against the
     actor's parallel layout."""
-    from rlinf.engines.training.megatron.convert import checkpoint_layout, read_hf_config
-
     meta = checkpoint_layout(folder, read_hf_config(model_path))
     if (int(meta["tp"]), int(meta["pp"])) != (layout.tp, layout.pp):
         raise ValueError(f"the Megatron checkpoint {folder} has tp={meta['tp']}, pp={meta['pp']}; the actor "
@@ -114,9 +114,6 @@ def transformer_overrides(cfg: ActorConfig, params_dtype: torch.dtype, layout: P
 def build_stage(hf_config, cfg: ActorConfig, layout: ParallelLayout, meta: dict[str, Any],
                 params_dtype: torch.dtype, folder: str, device: torch.device) -> torch.nn.Module:
     """This rank's pipeline stage of ``GPTModel`` with its checkpoint shard loaded, on ``device``."""
-    from rlinf.engines.training.megatron.checkpoint_io import load_shard
-    from rlinf.engines.training.megatron.model import build_gpt_model
-
     model = build_gpt_model(hf_config, tp=layout.tp, pp=layout.pp, pp_rank=layout.pp_rank,
                             vocab_size_padded=int(meta["padded_vocab_size"]),
                             overrides=transformer_overrides(cfg, params_dtype, layout),
@@ -127,6 +124,7 @@ def build_stage(hf_config, cfg: ActorConfig, layout: ParallelLayout, meta: dict[
 
 def wrap_ddp(module: torch.nn.Module, cfg: ActorConfig):
     """Megatron DDP (gradient buffers in fp32, reduced across data-parallel replicas)."""
+    # lazy: optional extra (megatron)
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
 
     o = cfg.optim
@@ -140,6 +138,7 @@ def wrap_ddp(module: torch.nn.Module, cfg: ActorConfig):
 def connect_schedule_hooks(config, ddp_model, optimizer, cfg: ActorConfig) -> None:
     """What megatron's schedules call: accumulate without reducing between micro-batches, reduce
     (and sync sequence-parallel norms / tied embeddings) after the last, scale fp16 losses."""
+    # lazy: optional extra (megatron)
     from megatron.core.distributed import finalize_model_grads
 
     config.no_sync_func = ddp_model.no_sync

@@ -29,6 +29,9 @@ import json
 import os
 from pathlib import Path
 
+from rlinf.engines.training.megatron.checkpoint_io import META_FILE, HFWeights
+from rlinf.engines.training.megatron.convert import ConversionError, hf_to_megatron
+
 DIGEST_MEMO = "hf_digests.json"
 DEFAULT_CACHE = os.path.join("~", ".cache", "rlinf", "megatron")
 _WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
@@ -45,8 +48,6 @@ def _weight_files(folder: Path) -> list[Path]:
 def weights_digest(folder: str | os.PathLike, cache_root: str | os.PathLike) -> str:
     """sha256 of the HF folder's weight files (the converter's ``content_hash``), memoised by
     the files' names, sizes and modification times."""
-    from rlinf.engines.training.megatron.checkpoint_io import HFWeights
-
     folder = Path(folder).absolute()
     stats = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in _weight_files(folder)]
     memo_path = Path(cache_root) / DIGEST_MEMO
@@ -77,9 +78,6 @@ def converted_checkpoint(hf_path: str | os.PathLike, save_path: str | None, *, t
                          divisible_by: int = 128, name: str | None = None) -> Path:
     """The Megatron checkpoint of ``hf_path`` for ``tp`` x ``pp``, converted now unless the cache
     holds it. Run it on one process (the others wait for it)."""
-    from rlinf.engines.training.megatron.checkpoint_io import META_FILE
-    from rlinf.engines.training.megatron.convert import ConversionError, hf_to_megatron
-
     root = Path(os.path.expanduser(save_path or DEFAULT_CACHE)).absolute()
     key = cache_key(hf_path, root, tp=tp, pp=pp, divisible_by=divisible_by)
     label = (name or Path(hf_path).absolute().name).replace(os.sep, "_")

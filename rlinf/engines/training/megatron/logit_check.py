@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from rlinf.engines.training.megatron import checkpoint_io
 from rlinf.engines.training.megatron.convert import checkpoint_layout, full_hf_config, read_hf_config
+from rlinf.engines.training.megatron.model import build_gpt_model
 from rlinf.utils.spawn import free_local_port, spawn_ranks
 
 __all__ = ["LogitCase", "logit_check"]
@@ -54,7 +56,7 @@ class _ForwardJob:
 def _stage_forward(model: Any, job: _ForwardJob, device: torch.device) -> torch.Tensor | None:
     """One pipeline stage's forward: receive the previous stage's activations [s, b, h], send
     ours on; the last stage returns the logits [b, s, padded vocab]."""
-    import torch.distributed as dist
+    # lazy: optional extra (megatron)
     from megatron.core import parallel_state as ps
 
     tokens = torch.tensor(job.tokens, device=device)
@@ -75,10 +77,9 @@ def _stage_forward(model: Any, job: _ForwardJob, device: torch.device) -> torch.
 def _run_job(job: _ForwardJob, device: torch.device) -> torch.Tensor | None:
     """Build this rank's GPTModel stage, load its shard strictly, run the forward; the logits
     on the rank that reports them (last stage, TP rank 0, DP rank 0), else None."""
+    # lazy: optional extra (megatron)
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import random as mp_random
-
-    from rlinf.engines.training.megatron.model import build_gpt_model
 
     ps.initialize_model_parallel(job.tp, job.pp)
     try:
@@ -107,8 +108,6 @@ def _logit_worker(rank: int, world: int, port: int, jobs: list[_ForwardJob], dev
         if worker_setup:
             module, _, function = worker_setup.partition(":")
             getattr(importlib.import_module(module), function)()
-        import torch.distributed as dist
-
         if device == "cuda":
             torch.cuda.set_device(rank)
         dist.init_process_group(
@@ -128,6 +127,7 @@ def _logit_worker(rank: int, world: int, port: int, jobs: list[_ForwardJob], dev
 
 def _hf_logits(hf_path: str, tokens: torch.Tensor, device: str) -> torch.Tensor:
     """The HF model's fp32 logits (on ``device``, free again once the workers have exited)."""
+    # lazy: transformers (~2 s) only for the HF side of the check
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(hf_path, dtype=torch.float32).to(device).eval()

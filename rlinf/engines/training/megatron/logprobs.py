@@ -24,6 +24,7 @@ import torch.distributed as dist
 def _reduce(t: torch.Tensor, tp_size: int) -> torch.Tensor:
     if tp_size == 1:
         return t
+    # lazy: optional extra (megatron)
     from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
 
     return reduce_from_tensor_model_parallel_region(t)

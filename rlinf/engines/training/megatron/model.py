@@ -75,6 +75,7 @@ def transformer_config_from_hf(
     ``overrides`` say otherwise; ``pipeline_dtype`` follows ``params_dtype``. Uneven
     ``layers_per_stage`` become a ``pipeline_model_parallel_layout``.
     """
+    # lazy: optional extra (megatron)
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     spec, dims = family_of(hf_config), model_dims(hf_config)
@@ -132,6 +133,7 @@ def build_gpt_model(
     gather logits over the TP group. The current ``parallel_state`` must match ``tp``, ``pp``
     and ``pp_rank``.
     """
+    # lazy: optional extra (megatron)
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel

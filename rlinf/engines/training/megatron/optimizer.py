@@ -24,6 +24,7 @@ from rlinf.config.actor import OptimConfig
 
 def build_optimizer(ddp_model, optim: OptimConfig, params_dtype: torch.dtype, lr: float):
     """megatron-core's optimizer over the DDP-wrapped model."""
+    # lazy: optional extra (megatron)
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     config = OptimizerConfig(
@@ -50,6 +51,7 @@ def set_lr(optimizer, lr: float) -> None:
 def optimizer_step(optimizer, clip_grad: float) -> tuple[bool, float]:
     """Prepare gradients, take the global norm, clip, update; returns ``(stepped, grad_norm)``.
     The norm is taken before clipping and is the same on every rank."""
+    # lazy: optional extra (megatron)
     from megatron.core.optimizer import clip_grads
 
     if optimizer.prepare_grads():  # fp16 overflow (the loss scale has been lowered)

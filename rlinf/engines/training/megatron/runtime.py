@@ -8,6 +8,7 @@ ranks {0, 1} and {2, 3} are the two replicas; TP=1, PP=2: rank 0 is stage 0, ran
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,7 @@ MEGATRON_MISSING = ("actor.training_backend: megatron needs megatron-core, which
 def megatron_import_error() -> str | None:
     """Why megatron-core cannot be imported here (None when it can)."""
     try:
+        # lazy: optional extra (megatron)
         import megatron.core  # noqa: F401
     except ImportError as exc:
         return f"{MEGATRON_MISSING} ({exc})"
@@ -35,8 +37,6 @@ def megatron_runs_on_cpu() -> bool:
     (``tests/megatron_cpu_shim.py`` swaps the ``torch`` global of megatron's modules); product
     runs need GPUs.
     """
-    import sys
-
     module = sys.modules.get("megatron.core.tensor_parallel.random")
     return module is not None and getattr(module, "torch", torch) is not torch
 
@@ -82,6 +82,7 @@ def init_model_parallel(tp: int, pp: int, seed: int, timeout_minutes: int = 30) 
     """Initialise megatron's parallel state over the default process group (already initialised
     by the caller) and seed its model-parallel RNG. A second engine in the same process (the
     frozen reference policy) reuses the state when the sizes agree."""
+    # lazy: optional extra (megatron)
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import random as mp_random
 

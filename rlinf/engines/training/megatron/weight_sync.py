@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from rlinf.engines.training.megatron.layout import megatron_shards_to_hf
 from rlinf.engines.training.megatron.runtime import ParallelLayout
 
 
@@ -34,6 +35,7 @@ def _local_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _gather_tp(local: dict[str, torch.Tensor], layout: ParallelLayout) -> dict[int, dict[str, torch.Tensor]]:
     """This stage's shards ``{tp_rank: {name: host tensor}}`` on tensor rank 0 (``{}`` elsewhere)."""
+    # lazy: optional extra (megatron)
     from megatron.core import parallel_state as ps
 
     if layout.tp == 1:
@@ -53,6 +55,7 @@ def _gather_tp(local: dict[str, torch.Tensor], layout: ParallelLayout) -> dict[i
 def _send_stages(stage_shards: dict[int, dict[str, torch.Tensor]], layout: ParallelLayout,
                  device: torch.device) -> dict[tuple[int, int], dict[str, torch.Tensor]]:
     """Every stage's shards on pipeline rank 0 (``{}`` elsewhere); tensor-rank-0 ranks only."""
+    # lazy: optional extra (megatron)
     from megatron.core import parallel_state as ps
 
     if layout.pp == 1:
@@ -83,8 +86,6 @@ def gather_hf_state(module: torch.nn.Module, layout: ParallelLayout, hf_config: 
                     device: torch.device) -> dict[str, torch.Tensor]:
     """HF-named full weights on global rank 0 (``{}`` on every other rank). Collective over the
     ranks of data-parallel replica 0; every rank may call it."""
-    from rlinf.engines.training.megatron.layout import megatron_shards_to_hf
-
     if layout.dp_rank != 0:
         return {}
     stage_shards = _gather_tp(_local_tensors(module), layout)
