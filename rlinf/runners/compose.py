@@ -26,6 +26,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from rlinf.config.yaml_check import ConfigFileError, check_config_files
+
 #: the repository root (the shared ``config/`` folder lives there)
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 #: the config folder every entry's ``@hydra.main`` names, relative to the entry file
@@ -83,8 +85,6 @@ def precheck_config_files(entry_file: str, default_name: str, argv: list[str] | 
     <file>:<line>:<col>: ...``), then compose it with the overrides as Hydra will (a typo'd key
     without ``+``, a missing config group option, unparsable syntax, a config that is not
     found: one ``config error:`` line). Exits with code 2 on the first problem."""
-    from rlinf.config.yaml_check import ConfigFileError, check_config_files
-
     args = entry_args(entry_file, default_name, sys.argv[1:] if argv is None else argv)
     if args is None or not args.check:
         return

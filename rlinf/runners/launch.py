@@ -6,10 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlinf.scheduler.placement import plan_placement
+from rlinf.scheduler.placement.fold import fold_note
+from rlinf.utils.metric_logger import MetricLogger
+
 
 def start_cluster(cfg: Any, print_fn=print):
     """``(cluster, plan)`` for a typed root config (``MathConfig`` / ``EmbodiedConfig``), after
     its placement-dependent checks (``cfg.check_against_plan``)."""
+    # lazy: rlinf.scheduler resolves Cluster on first use (__getattr__), loading the backends
     from rlinf.scheduler import Cluster
 
     cluster = Cluster.from_config(cfg.cluster)
@@ -34,9 +39,6 @@ def local_fold_note(cluster_cfg: Any, shape=None) -> str | None:
     ...                                          "component_placement": {"actor,rollout,reward": "all"}}))
     'cluster.backend local: actor 2 processes -> 1, rollout 2 processes -> 1, reward 2 processes -> 1 in this process; each group keeps its accelerators (actor,rollout,reward: 0,1), so groups placed apart stay apart'
     """  # noqa: E501 - a doctest's expected output is one line
-    from rlinf.scheduler.placement import plan_placement
-    from rlinf.scheduler.placement.fold import fold_note
-
     if cluster_cfg.backend != "local":
         return None
     return fold_note(plan_placement(cluster_cfg.component_placement, shape or cluster_cfg.shape()))
@@ -45,8 +47,6 @@ def local_fold_note(cluster_cfg: Any, shape=None) -> str | None:
 def open_logger(runner_cfg: Any, resume_step: int | None):
     """The run's :class:`~rlinf.utils.metric_logger.MetricLogger` (``runner.logger``), cut back to
     ``resume_step`` when resuming."""
-    from rlinf.utils.metric_logger import MetricLogger
-
     lg = runner_cfg.logger
     return MetricLogger(lg.log_path, lg.project_name, lg.experiment_name, lg.logger_backends,
                         resume_step=resume_step)

@@ -64,6 +64,7 @@ def estimate_file(path: str):
 def main(argv: list[str] | None = None) -> int:
     """``python -m rlinf.runners.memory_plan CONFIG [--device-memory-gib G]``: the estimate with
     the placement map (as ``python -m rlinf.scheduler.placement CONFIG --memory``)."""
+    # lazy: placement --memory imports this module; at the top, placement's __main__ would load twice
     from rlinf.scheduler.placement.__main__ import main as placement_main
 
     return placement_main([*(argv if argv is not None else sys.argv[1:]), "--memory"])

@@ -41,6 +41,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rlinf.runners import checkpoint as ckpt
+from rlinf.runners.compose import REPO_ROOT
 from rlinf.utils.typed_config import ConfigError
 
 #: weight files an HF model folder may hold (one of them)
@@ -127,8 +129,6 @@ def check_hf_folder(path: str, key: str, tokenizer: bool = True) -> None:
 def check_run_folders(runner, extra: dict[str, str] | None = None) -> int | None:
     """Output / log folders (plus ``extra``: key -> folder) and the resume folder; returns the
     step of the checkpoint to resume from (None: a fresh run)."""
-    from rlinf.runners import checkpoint as ckpt
-
     folders = {"runner.output_dir": runner.output_dir, "runner.logger.log_path": runner.logger.log_path}
     folders.update(extra or {})
     for key, folder in folders.items():
@@ -221,8 +221,6 @@ def run_asset_command(command: str) -> None:
     Raises:
         RuntimeError: it failed (exit code and its last output line).
     """
-    from rlinf.runners.compose import REPO_ROOT
-
     argv = shlex.split(command)
     if argv and argv[0] == "python":
         argv[0] = sys.executable

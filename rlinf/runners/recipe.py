@@ -47,8 +47,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlinf.config.root import RootConfig
+from rlinf.runners.launch import open_logger, start_cluster
 from rlinf.runners.memory_check import check_before_ray
 from rlinf.runners.recovery import Recovery, run_with_recovery, runner_recovery, with_resume_dir
+from rlinf.scheduler.errors import OutOfMemoryError
 from rlinf.scheduler.memory import MemoryEstimate
 
 
@@ -118,8 +120,6 @@ class Recipe:
 
     def open_logger(self, start: RunStart):
         """The run's :class:`~rlinf.utils.metric_logger.MetricLogger` (``runner.logger``)."""
-        from rlinf.runners.launch import open_logger
-
         return open_logger(start.cfg.runner, start.resume_step)
 
     def launch(self, start: RunStart, cluster, plan, print_fn: Callable = print):
@@ -161,9 +161,6 @@ def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str
 
 def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
     """One attempt: checks before Ray, cluster, logger, groups, runner, fit, shutdown."""
-    from rlinf.runners.launch import start_cluster
-    from rlinf.scheduler.errors import OutOfMemoryError
-
     start = recipe.prepare(raw)
     check_before_ray(recipe, start.cfg, print_fn, start=start)  # cluster.memory_check, before Ray
     cluster, plan = start_cluster(start.cfg, print_fn)

@@ -41,9 +41,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlinf.config.root import resolve_hydra
+from rlinf.config.runner import RunnerConfig
 from rlinf.runners import checkpoint as ckpt
 from rlinf.scheduler.errors import ClusterError, SchedulerError
-from rlinf.utils.typed_config import ConfigError
+from rlinf.utils.typed_config import ConfigError, parse_section
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,6 @@ class Recovery:
 
 
 def _plain(raw: Any) -> dict:
-    from rlinf.config.root import resolve_hydra
-
     return copy.deepcopy(raw) if isinstance(raw, dict) else resolve_hydra(raw)
 
 
@@ -76,9 +76,6 @@ def runner_recovery(raw: dict, runner_cls: type | None = None) -> Recovery:
     """:class:`Recovery` of a run whose ``runner:`` section is
     :class:`~rlinf.config.runner.RunnerConfig` (or ``runner_cls``, a subclass of it; checkpoints
     under ``<output_dir>/<experiment_name>/checkpoints``; ``runner.resume_dir`` names one by hand)."""
-    from rlinf.config.runner import RunnerConfig
-    from rlinf.utils.typed_config import parse_section
-
     runner = parse_section(runner_cls or RunnerConfig, raw.get("runner"), "runner")
     return Recovery(runner.recover_mode, runner.recover_retries,
                     os.path.join(runner.output_dir, runner.experiment_name, "checkpoints"),

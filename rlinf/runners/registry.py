@@ -37,6 +37,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+import rlinf.runners as package
 from rlinf.config.runner import RunnerConfig
 from rlinf.runners.recipe import Recipe, task_type_of
 from rlinf.utils.typed_config import ConfigError
@@ -48,8 +49,6 @@ __all__ = ["all_recipes", "recipe_for", "recipe_of_config"]
 def all_recipes() -> tuple[Recipe, ...]:
     """Every recipe instance of ``rlinf/runners/<folder>/recipe.py``, in folder order (an
     instance a module merely imports from another recipe counts once, where it is defined)."""
-    import rlinf.runners as package
-
     found: list[Recipe] = []
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         name = f"{package.__name__}.{info.name}.recipe"

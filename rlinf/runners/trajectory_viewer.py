@@ -32,6 +32,8 @@ import html
 import json
 import os
 
+from rlinf.runners.trajectory_store import load_iteration
+
 _STYLE = """
 body{font-family:sans-serif;margin:1.5em;max-width:1100px}
 .episode{border:1px solid #bbb;border-radius:6px;margin:1em 0;padding:.6em 1em}
@@ -96,8 +98,6 @@ def _tool_step(step: dict) -> str:
 
 def write_report(folder: str, iteration: int, out: str | None = None) -> str:
     """Render every rank's trajectories of ``iteration`` in ``folder``; returns the HTML path."""
-    from rlinf.runners.trajectory_store import load_iteration
-
     trajectories = load_iteration(folder, iteration)
     if not trajectories:
         raise FileNotFoundError(f"{folder}: no trajectories of iteration {iteration} (iteration{iteration}_rank_*.pt)")

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlinf.config.embodied import EmbodiedConfig
+from rlinf.models.embodied.factory import MODEL_TYPES, check_model_folder, check_policy_fits
+from rlinf.runners.embodied.sim_probe import probe_obs_spec
 from rlinf.runners.preflight import Asset, check_assets, check_run_folders
 from rlinf.runners.recipe import RunStart
+from rlinf.scheduler.cluster import check_cluster_before_start
 from rlinf.utils.typed_config import ConfigError
 
 _MAKE_VLA = "python -m toolkits.embodied.make_tiny_vla --out {path}"
@@ -63,10 +66,6 @@ def prepare_embodied(raw: Any, config_cls: type[EmbodiedConfig] = EmbodiedConfig
     Raises:
         ConfigError: the first problem found, naming its key.
     """
-    from rlinf.models.embodied.factory import MODEL_TYPES, check_model_folder, check_policy_fits
-    from rlinf.runners.embodied.sim_probe import probe_obs_spec
-    from rlinf.scheduler.cluster import check_cluster_before_start
-
     cfg = config_cls.load(raw)
     model = cfg.actor.model
     if (model.model_type or "").lower() not in MODEL_TYPES:  # before any simulator import

@@ -103,11 +103,13 @@ class EmbodiedRecipe(Recipe):
                 f"{cfg.actor.group_name} (actor); links: {link_labels(cfg)}"]
 
     def launch(self, start: EmbodiedStart, cluster, plan, print_fn: Callable = print):
+        # lazy: the loop and workers cost ~3.1 s more; registry imports this recipe for preflight, --memory, the doc
         from rlinf.runners.embodied.loop import launch_embodied_groups
 
         return launch_embodied_groups(start.cfg, cluster, plan)
 
     def build_runner(self, start: EmbodiedStart, groups, logger, print_fn: Callable = print):
+        # lazy: the loop and workers cost ~3.1 s more; only a launched run needs them
         from rlinf.runners.embodied.loop import EmbodiedRunner
 
         return EmbodiedRunner(start.cfg, groups, logger)

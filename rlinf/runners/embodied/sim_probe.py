@@ -26,6 +26,7 @@ import difflib
 import logging
 from typing import Any
 
+from rlinf.engines.simulators.base import SimulatorError
 from rlinf.models.embodied.base import ObsSpec
 from rlinf.utils.typed_config import ConfigError
 
@@ -55,6 +56,7 @@ def _spec_of(obs, sim_spec) -> ObsSpec:
 
 
 def _toy(cfg: Any, key: str) -> ObsSpec:
+    # lazy: only the env_type being probed loads its simulator module
     from rlinf.envs.toy_reach import ToyReachEnv
 
     env = ToyReachEnv(image_size=cfg.init_params.camera_heights)
@@ -62,13 +64,14 @@ def _toy(cfg: Any, key: str) -> ObsSpec:
 
 
 def _maniskill(cfg: Any, key: str) -> ObsSpec:
-    from rlinf.engines.simulators.base import SimulatorError
+    # lazy: only the env_type being probed loads its simulator module
     from rlinf.engines.simulators.maniskill import check_maniskill_assets
 
     p = cfg.init_params
     try:
         from mani_skill.utils.registration import REGISTERED_ENVS  # lazy: optional extra (maniskill) may be absent
 
+        # lazy: the ManiSkill wrapper imports mani_skill (~7 s), an optional extra, only for env_type maniskill
         from rlinf.engines.simulators.maniskill import _import_maniskill
 
         _import_maniskill()
@@ -94,6 +97,7 @@ def _maniskill(cfg: Any, key: str) -> ObsSpec:
 
 
 def _build_and_reset(p: Any, key: str) -> ObsSpec:
+    # lazy: the ManiSkill env class (mani_skill, ~7 s) only when a maniskill env is built
     from rlinf.engines.simulators.maniskill import ManiSkillSingleEnv, single_env_kwargs
 
     try:
@@ -120,7 +124,7 @@ def _maniskill_key(key: str, message: str) -> str:
 
 
 def _libero(cfg: Any, key: str) -> ObsSpec:
-    from rlinf.engines.simulators.base import SimulatorError
+    # lazy: libero, an optional extra, only for env_type libero
     from rlinf.engines.simulators.libero_setup import check_libero_assets, ensure_libero_config, libero_assets_dir
 
     try:
@@ -129,6 +133,7 @@ def _libero(cfg: Any, key: str) -> ObsSpec:
         raise ConfigError(f"{key}.env_type", f"libero: {exc}") from None
     except SimulatorError as exc:
         raise ConfigError(f"{key}.env_type", f"libero: {exc}") from None
+    # lazy: libero, an optional extra, only for env_type libero
     from rlinf.engines.simulators.libero import LiberoSingleEnv
 
     p = cfg.init_params
@@ -139,7 +144,7 @@ def _libero(cfg: Any, key: str) -> ObsSpec:
 
 
 def _metaworld(cfg: Any, key: str) -> ObsSpec:
-    from rlinf.engines.simulators.base import SimulatorError
+    # lazy: metaworld, an optional extra, only for env_type metaworld
     from rlinf.engines.simulators.metaworld import (
         MetaWorldSingleEnv,
         check_metaworld_installed,
@@ -148,6 +153,7 @@ def _metaworld(cfg: Any, key: str) -> ObsSpec:
     )
 
     if cfg.init_params.id is not None and cfg.task_suite_name is None:
+        # lazy: metaworld, an optional extra, only for env_type metaworld
         from rlinf.engines.simulators.metaworld import TASK_NAMES
 
         if cfg.init_params.id not in TASK_NAMES:

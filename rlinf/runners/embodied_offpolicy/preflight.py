@@ -19,6 +19,10 @@ from typing import Any
 import torch
 
 from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig
+from rlinf.data.maniskill_trajectory import DemoFileError, load_demos
+from rlinf.data.replay_buffer import TRANSITION_FIELDS, NStepAccumulator
+from rlinf.models.embodied.factory import sac_network_sizes
+from rlinf.objectives.sac import BufferSettings, SACSettings
 from rlinf.runners.embodied.preflight import EMBODIED_ASSETS, EmbodiedStart, prepare_embodied
 from rlinf.runners.preflight import Asset
 from rlinf.utils.typed_config import ConfigError
@@ -76,9 +80,6 @@ def prepare_offpolicy(raw: Any) -> OffPolicyStart:
 def sac_settings(cfg: OffPolicyEmbodiedConfig):
     """The learner's :class:`~rlinf.objectives.sac.SACSettings` from the config (the keys'
     meanings are in :mod:`rlinf.config.embodied_offpolicy`)."""
-    from rlinf.models.embodied.factory import sac_network_sizes
-    from rlinf.objectives.sac import SACSettings
-
     algo, optim, et = cfg.algorithm, cfg.actor.optim, cfg.algorithm.entropy_tuning
     fixed = et.alpha_type == "fixed_alpha"
     return SACSettings(
@@ -94,8 +95,6 @@ def sac_settings(cfg: OffPolicyEmbodiedConfig):
 
 def buffer_settings(cfg: OffPolicyEmbodiedConfig, with_demos: bool = False):
     """The worker's :class:`~rlinf.workers.actor.offpolicy_actor.BufferSettings`."""
-    from rlinf.objectives.sac import BufferSettings
-
     rb, demo = cfg.algorithm.replay_buffer, cfg.algorithm.demo_buffer
     return BufferSettings(capacity=rb.capacity, min_buffer_size=rb.min_buffer_size,
                           sample_window_size=rb.sample_window_size, batch_size=cfg.actor.global_batch_size,
@@ -106,8 +105,6 @@ def buffer_settings(cfg: OffPolicyEmbodiedConfig, with_demos: bool = False):
 def load_demo_rows(cfg: OffPolicyEmbodiedConfig, obs_dim: int, action_dim: int | None) -> tuple[dict, int]:
     """The demonstration file as transition rows for the demo buffer (n-step folded as the
     rollout side folds, ``bootstrap_type: always`` applied), and its episode count."""
-    from rlinf.data.maniskill_trajectory import DemoFileError, load_demos
-
     demo, env = cfg.algorithm.demo_buffer, cfg.env.train
     init = env.init_params
     maniskill = env.env_type == "maniskill"
@@ -144,8 +141,6 @@ def fold_demos(demos, n_step: int, gamma: float, bootstrap_always: bool) -> dict
     >>> rows["reward"].tolist(), rows["discount"].tolist(), rows["terminated"].tolist()
     ([1.5, 1.0, 1.0], [0.25, 0.5, 0.5], [True, True, False])
     """
-    from rlinf.data.replay_buffer import TRANSITION_FIELDS, NStepAccumulator
-
     terminated = torch.zeros_like(demos.terminated) if bootstrap_always else demos.terminated.bool()
     if n_step == 1:
         return {"obs": demos.obs.float(), "action": demos.action.float(), "reward": demos.reward.float(),

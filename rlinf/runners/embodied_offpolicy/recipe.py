@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig, offpolicy_requested
+from rlinf.config.embodied_offpolicy import OffPolicyEmbodiedConfig, OffPolicyRunnerConfig, offpolicy_requested
 from rlinf.runners.embodied.recipe import EMBODIED_RECIPE, link_labels
 from rlinf.runners.embodied_offpolicy.memory import buffer_items
 from rlinf.runners.embodied_offpolicy.preflight import OffPolicyStart, prepare_offpolicy
 from rlinf.runners.memory_check import with_items
 from rlinf.runners.recipe import Recipe, run_recipe
+from rlinf.runners.recovery import runner_recovery
 
 
 class OffPolicyRecipe(Recipe):
@@ -72,17 +73,16 @@ class OffPolicyRecipe(Recipe):
                 f"(actor); links: {link_labels(cfg)}"]
 
     def recovery(self, raw: dict):
-        from rlinf.config.embodied_offpolicy import OffPolicyRunnerConfig
-        from rlinf.runners.recovery import runner_recovery
-
         return runner_recovery(raw, OffPolicyRunnerConfig)
 
     def launch(self, start: OffPolicyStart, cluster, plan, print_fn: Callable = print):
+        # lazy: the off-policy loop and its workers (~1 s) only once Ray starts, not for preflight/CLI
         from rlinf.runners.embodied_offpolicy.loop import launch_offpolicy_groups
 
         return launch_offpolicy_groups(start, cluster, plan)
 
     def build_runner(self, start: OffPolicyStart, groups, logger, print_fn: Callable = print):
+        # lazy: the off-policy loop and its workers (~1 s) only once Ray starts, not for preflight/CLI
         from rlinf.runners.embodied_offpolicy.loop import OffPolicyRunner
 
         return OffPolicyRunner(start.cfg, groups, logger, print_fn)

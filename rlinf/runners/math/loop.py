@@ -29,6 +29,7 @@ import time
 from collections import deque
 from dataclasses import replace
 
+from rlinf.algorithms import dynamic_sampling_filter
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptLoader
 from rlinf.data.rollout_batch import RolloutBatch
@@ -244,8 +245,6 @@ class MathRunner(ScheduledRunner):
 
 def _split_by_variance(batch: RolloutBatch) -> tuple[list[RolloutBatch], list[RolloutBatch]]:
     """Groups (consecutive ``group_size`` samples) with differing rewards, and the others."""
-    from rlinf.algorithms import dynamic_sampling_filter
-
     g = batch.group_size
     result = dynamic_sampling_filter(batch.rewards, g)
     kept, dropped = [], []

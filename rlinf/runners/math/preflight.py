@@ -18,7 +18,8 @@ from typing import Any
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
 from rlinf.data.readers import read_rows
-from rlinf.data.tokenizer import prompt_encoder
+from rlinf.data.tokenizer import load_tokenizer, prompt_encoder
+from rlinf.runners.checkpoint import resolve_resume_dir
 from rlinf.runners.preflight import (
     HF_TOKENIZER_FILES,
     Asset,
@@ -28,6 +29,7 @@ from rlinf.runners.preflight import (
     check_run_folders,
 )
 from rlinf.runners.recipe import RunStart
+from rlinf.scheduler.cluster import check_cluster_before_start
 from rlinf.utils.typed_config import ConfigError
 
 _TINY_MATH = "python -m toolkits.tiny_math.prepare --out {parent}"
@@ -96,9 +98,6 @@ def prepare_math(raw: Any, config_cls: type[MathConfig] = MathConfig, prompt_ext
     ``prompt_extras(cfg)`` gives ``(system_prompt, tools)`` for the chat template; ``assets``:
     what the recipe's tiny configs read (:func:`~rlinf.runners.preflight.check_assets`).
     """
-    from rlinf.data.tokenizer import load_tokenizer
-    from rlinf.scheduler.cluster import check_cluster_before_start
-
     cfg = config_cls.load(raw, check_paths=False)
     check_assets(cfg, assets, print_fn)  # a missing tiny model: made, or one line naming its command
     tok_dir = cfg.actor.tokenizer.tokenizer_model
@@ -140,8 +139,6 @@ def prepare_math(raw: Any, config_cls: type[MathConfig] = MathConfig, prompt_ext
     train, val = build_loaders(cfg, tokenizer, *(prompt_extras(cfg) if prompt_extras else ()))
     resume_step = check_run_folders(cfg.runner)
     if resume_step is not None and cfg.critic.use_critic_model:
-        from rlinf.runners.checkpoint import resolve_resume_dir
-
         step_dir = resolve_resume_dir(cfg.runner.resume_dir)
         if not os.path.isdir(os.path.join(step_dir, "critic")):
             raise ConfigError("runner.resume_dir", f"{step_dir!r} has no critic/ folder, and this run trains a "

@@ -54,6 +54,7 @@ class MathRecipe(Recipe):
 
     def describe(self, start: MathStart, plan) -> list[str]:
         cfg = start.cfg
+        # lazy: the math loop imports transformers and the workers (~12 s); not for preflight/CLI
         from rlinf.runners.math.loop import total_training_steps
 
         total = total_training_steps(cfg, start.train.batches_per_epoch)
@@ -65,6 +66,7 @@ class MathRecipe(Recipe):
                 f"groups {cfg.actor.group_name} (actor), {cfg.rollout.group_name} (rollout){extra}"]
 
     def launch(self, start: MathStart, cluster, plan, print_fn: Callable = print):
+        # lazy: the groups and loop import transformers and the workers (~12 s); only a launched run needs them
         from rlinf.runners.math.groups import launch_math_groups
         from rlinf.runners.math.loop import total_training_steps
 
@@ -74,6 +76,7 @@ class MathRecipe(Recipe):
     def runner_class(self) -> type:
         """The loop class :meth:`build_runner` makes (a recipe that extends this one returns
         its subclass of :class:`~rlinf.runners.math.loop.MathRunner`)."""
+        # lazy: the math loop imports transformers and the workers (~12 s); only a launched run needs it
         from rlinf.runners.math.loop import MathRunner
 
         return MathRunner

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlinf.config.agent import ToolAgentConfig
+from rlinf.engines.tools.base import make_tool
 from rlinf.runners.math.preflight import MathStart, prepare_math
 from rlinf.runners.math.recipe import MathRecipe
 from rlinf.runners.recipe import run_recipe
@@ -26,8 +27,6 @@ from rlinf.runners.tool_agent.preflight import TOOL_AGENT_ASSETS
 def build_tools(cfg: ToolAgentConfig) -> dict:
     """The run's tool objects (``tools:``), each built from its keys and checked (files,
     binaries); a problem is a :class:`~rlinf.utils.typed_config.ConfigError` naming the key."""
-    from rlinf.engines.tools.base import make_tool
-
     return {name: make_tool(name, options) for name, options in cfg.tools.items()}
 
 
@@ -68,6 +67,7 @@ class ToolAgentRecipe(MathRecipe):
                 f"{start.cfg.response_budget} response tokens (model + tool); trained as {a.train_mode} samples"]
 
     def launch(self, start: MathStart, cluster, plan, print_fn: Callable = print):
+        # lazy: math groups/loop + the agent worker import transformers (~10 s); only a launched run
         from rlinf.runners.math.groups import launch_math_groups
         from rlinf.runners.math.loop import total_training_steps
         from rlinf.workers.rollout.agent_worker import AgentRolloutWorker
@@ -78,6 +78,7 @@ class ToolAgentRecipe(MathRecipe):
                                   (cfg.agentloop, dict(cfg.tools), cfg.response_budget))
 
     def runner_class(self) -> type:
+        # lazy: the tool-agent loop imports the math loop and transformers (~10 s); only a launched run needs it
         from rlinf.runners.tool_agent.loop import ToolAgentRunner
 
         return ToolAgentRunner

@@ -3,7 +3,9 @@ per-split episode settings and limits."""
 
 from __future__ import annotations
 
+from rlinf.rewards.web_judges import make_judge
 from rlinf.runners.web_agent.episode import EpisodeSettings
+from rlinf.runners.web_agent.groups import sampling_params
 from rlinf.runners.web_agent.loop import WebAgentRunner
 from rlinf.runners.web_agent.policy import BatchingPolicy, RolloutGroupBackend, ServerBackend
 from rlinf.runners.web_agent.rollout import PhaseLimits
@@ -32,8 +34,6 @@ def phase_limits(cfg) -> PhaseLimits:
 
 def make_policy(cfg, groups, tokenizer, split: str = "train") -> BatchingPolicy:
     """The policy the episodes of ``split`` call (evaluation samples at ``test_temperature``)."""
-    from rlinf.runners.web_agent.groups import sampling_params
-
     e = cfg.env_config
     sampling = sampling_params(cfg, cfg.policy_config.test_temperature if split == "test" else None)
     if e.vllm_server_url is not None:
@@ -47,8 +47,6 @@ def make_policy(cfg, groups, tokenizer, split: str = "train") -> BatchingPolicy:
 
 
 def make_web_judge(cfg):
-    from rlinf.rewards.web_judges import make_judge
-
     o = cfg.openai_config
     if o.evaluator == "rule":
         return make_judge("rule")

@@ -71,6 +71,7 @@ async def run_episode(task: dict, browser, policy, settings: EpisodeSettings, st
     policy.generate(text)`` -> reply with ``text``, ``prompt_ids``, ``response_ids``,
     ``logprobs``); fills and returns ``traj``. ``stop`` set = end after the current step with
     status ``straggler``."""
+    # lazy: the browser client imports playwright and httpx (~2.8 s), an optional extra; only a running episode needs it
     from rlinf.engines.web.client import InstanceLost, OperationFailed
 
     started = time.monotonic()

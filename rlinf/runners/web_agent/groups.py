@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from rlinf.config.actor import ActorConfig
+from rlinf.config.rollout import RolloutConfig
+from rlinf.config.web_train import zero_to_fsdp
 from rlinf.scheduler import TensorLink, WorkerGroup
 from rlinf.utils.typed_config import ConfigError, parse_section
 
@@ -66,8 +69,6 @@ class WebGroups:
 
 def rollout_section(cfg):
     """The math-side ``RolloutConfig`` our generation workers take, from ``policy_config``."""
-    from rlinf.config.rollout import RolloutConfig
-
     backend = {"hf": "huggingface", "vllm": "vllm"}[cfg.policy_config.rollout_backend]
     return parse_as_written(RolloutConfig, {"backend": backend, "detokenize": True}, "policy_config", ROLLOUT_KEYS,
                             "policy_config")
@@ -75,8 +76,6 @@ def rollout_section(cfg):
 
 def actor_section(cfg, model_path: str):
     """The ``ActorConfig`` of the web actor, from ``algorithm_config`` (seed 000's keys)."""
-    from rlinf.config.actor import ActorConfig
-
     a = cfg.algorithm_config
     decay = {"constant_with_warmup": "constant", "constant": "constant", "linear": "linear",
              "cosine": "cosine"}[a.lr_scheduler_type]
@@ -86,8 +85,6 @@ def actor_section(cfg, model_path: str):
            "optim": {"lr": a.learning_rate, "clip_grad": 1.0},
            "lr_sched": {"lr_warmup_iters": warmup, "lr_decay_style": decay}}
     if a.backend == "fsdp" and a.deepspeed_config_filename is not None:  # the ZeRO file mapped onto FSDP2
-        from rlinf.config.web_train import zero_to_fsdp
-
         z = zero_to_fsdp(cfg.deepspeed_settings())
         raw["model"]["gradient_checkpointing"] = z["gradient_checkpointing"]
         raw["fsdp_config"] = {"sharding_strategy": z["sharding_strategy"], "cpu_offload": z["cpu_offload"],
@@ -98,6 +95,7 @@ def actor_section(cfg, model_path: str):
 def algorithm_section(cfg):
     """The math-side ``AlgorithmConfig`` the actor's loss reads (GRPO: PPO clip; the sampling
     temperature the log-probs are computed at)."""
+    # lazy: config.algorithm imports torch (~6.5 s); the web preflight reaches this module without needing it
     from rlinf.config.algorithm import AlgorithmConfig, SamplingParams
 
     a, p = cfg.algorithm_config, cfg.policy_config
@@ -108,6 +106,7 @@ def algorithm_section(cfg):
 
 
 def sampling_params(cfg, temperature: float | None = None):
+    # lazy: config.algorithm imports torch (~6.5 s); the web preflight reaches this module without needing it
     from rlinf.config.algorithm import SamplingParams
 
     p = cfg.policy_config
@@ -141,6 +140,7 @@ def multi_node(cluster) -> bool:
 
 
 def launch_web_groups(cfg, cluster, plan, start) -> WebGroups:
+    # lazy: the workers import torch, safetensors and the engines (~2 s); only launch needs them
     from rlinf.workers.actor.web_actor import WebActorWorker
     from rlinf.workers.env.web_env_worker import SERVICE_PURPOSE, WebEnvWorker
     from rlinf.workers.links import WEIGHT_LINK

@@ -29,6 +29,7 @@ import random
 import time
 
 from rlinf.data.web_tasks import sample_tasks
+from rlinf.objectives.web import steps_to_batch
 from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.schedule import Schedule, ScheduledRunner
 from rlinf.runners.trajectory_store import load_iteration
@@ -215,6 +216,4 @@ class WebAgentRunner(ScheduledRunner):
 
 
 def _shards(steps, ranks, pad_token_id, cutoff_len):
-    from rlinf.objectives.web import steps_to_batch
-
     return [steps_to_batch(steps[r::ranks], pad_token_id, max_length=cutoff_len) for r in range(ranks)]

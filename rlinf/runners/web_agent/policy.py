@@ -128,6 +128,7 @@ class RolloutGroupBackend:
         return chat_ids(self.tokenizer, text)
 
     async def generate_batch(self, texts: list[str]) -> list[Reply]:
+        # lazy: prompt_dataset imports torch (~4 s); this module stays light until a batch is generated
         from rlinf.data.prompt_dataset import Prompt, PromptBatch
 
         prompts = PromptBatch(tuple(Prompt(index=i, text=t, token_ids=tuple(self.encode(t)), answer="")

@@ -12,8 +12,10 @@ from typing import Any
 
 from rlinf.config.web import WebAgentConfig
 from rlinf.engines.web.browser_errors import BrowserStartError, find_chromium
+from rlinf.runners import checkpoint as ckpt
 from rlinf.runners.preflight import Asset, check_assets, check_hf_folder
 from rlinf.runners.recipe import RunStart
+from rlinf.runners.recovery import latest_checkpoint
 from rlinf.utils.typed_config import ConfigError
 
 #: what the tiny web config reads and the command that makes it (demonstrations in Chromium and a
@@ -49,6 +51,7 @@ def find_browser(configured: str | None) -> str:
 
 def prepare_web(raw: Any) -> WebStart:
     """All checks of a web run before Ray; raises :class:`ConfigError` naming the key."""
+    # lazy: the tokenizer loader imports torch (~4.8 s); registry/CLI import this module without the checks
     from rlinf.data.tokenizer import load_tokenizer
     from rlinf.data.web_tasks import load_tasks
     from rlinf.scheduler.cluster import check_cluster_before_start
@@ -86,6 +89,7 @@ def check_deepspeed_file(cfg) -> None:
     refused), so a bad file stops the run before Ray starts."""
     import torch  # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
 
+    # lazy: groups loads the scheduler's worker-group layer (~0.2 s); needed only when a DeepSpeed file is named
     from rlinf.engines.training.deepspeed_config import load_ds_config, resolve_ds_config
     from rlinf.runners.web_agent.groups import actor_section
 
@@ -106,9 +110,6 @@ def _resume_iteration(cfg) -> int:
     ``recover_mode`` auto / resume: the latest checkpoint whose manifest checks out; a damaged one
     is skipped, said in one line); a fresh run refuses a ``save_path`` that already holds saved
     iterations."""
-    from rlinf.runners import checkpoint as ckpt
-    from rlinf.runners.recovery import latest_checkpoint
-
     folder = os.path.join(cfg.save_path, "checkpoints")
     saved = glob.glob(os.path.join(cfg.save_path, "*_trajectories", "iteration*_rank_*.pt"))
     if not cfg.runner.continues:

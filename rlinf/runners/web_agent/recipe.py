@@ -19,10 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from rlinf.config.web import WebAgentConfig
+from rlinf.config.web_sections import WebRunnerConfig
 from rlinf.runners.recipe import Recipe, run_recipe
 from rlinf.runners.recovery import Recovery
 from rlinf.runners.web_agent.memory import web_memory
 from rlinf.runners.web_agent.preflight import WebStart, prepare_web
+from rlinf.utils.metric_logger import MetricLogger
+from rlinf.utils.typed_config import parse_section
 
 
 def wandb_env(log_cfg) -> None:
@@ -77,8 +80,6 @@ class WebRecipe(Recipe):
         """A :class:`~rlinf.utils.metric_logger.MetricLogger` in ``save_path`` (``metrics.jsonl``
         and ``algorithm_config.report_to``'s tracker, named by ``log_config``), cut back to the
         resumed iteration."""
-        from rlinf.utils.metric_logger import MetricLogger
-
         cfg = start.cfg
         os.makedirs(cfg.save_path, exist_ok=True)
         if cfg.algorithm_config.report_to == "wandb":
@@ -88,11 +89,13 @@ class WebRecipe(Recipe):
                             resume_step=start.resume_step)
 
     def launch(self, start: WebStart, cluster, plan, print_fn: Callable = print):
+        # lazy: groups loads the scheduler's worker-group layer (~0.2 s); only a launched run needs it
         from rlinf.runners.web_agent.groups import launch_web_groups
 
         return launch_web_groups(start.cfg, cluster, plan, start)
 
     def build_runner(self, start: WebStart, groups, logger, print_fn: Callable = print):
+        # lazy: build imports the loop, torch and playwright (~5 s); only a launched run needs it
         from rlinf.runners.web_agent.build import build_runner
 
         return build_runner(start, groups, logger, print_fn)
@@ -101,9 +104,6 @@ class WebRecipe(Recipe):
         """``runner.recover_mode`` of the web keys; checkpoints in ``<save_path>/checkpoints``.
         A resume is never named by hand here: ``runner.resume: auto`` continues whatever
         ``save_path`` holds."""
-        from rlinf.config.web_sections import WebRunnerConfig
-        from rlinf.utils.typed_config import parse_section
-
         runner = parse_section(WebRunnerConfig, raw.get("runner"), "runner")
         save_path = raw.get("save_path")
         folder = os.path.join(str(save_path), "checkpoints") if isinstance(save_path, str) else ""
