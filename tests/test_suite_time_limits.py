@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 CONFTEST = pathlib.Path(__file__).with_name("conftest.py")
 
 TOY_TESTS = {
@@ -35,6 +37,7 @@ def test_killed_by_a_signal():
 }
 
 
+@pytest.mark.slow
 def test_time_limits_fail_the_test_or_report_the_stacks(tmp_path):
     conftest = CONFTEST.read_text().replace("HARD_LIMIT_GRACE_S = 60.0", "HARD_LIMIT_GRACE_S = 1.0")
     assert "HARD_LIMIT_GRACE_S = 1.0" in conftest

@@ -95,12 +95,14 @@ def test_megatron_examples_select_the_megatron_actor_and_fit_their_placement(nam
 
 
 def test_the_runner_refuses_a_layout_or_a_missing_megatron_before_workers_start(monkeypatch):
-    cfg = load("grpo_tiny_megatron_cpu", ["actor.model.tensor_model_parallel_size=1",
-                                          "actor.model.pipeline_model_parallel_size=3",
-                                          "actor.megatron.ckpt.pipeline_model_parallel_size=3"])
-    layout_error = r"^actor\.model\.tensor_model_parallel_size: .* does not divide the actor's 2 ranks"
+    # the layout is refused when the config is checked (before the groups are planned)
+    layout_error = (r"^actor\.model\.tensor_model_parallel_size: 1 x pipeline_model_parallel_size 3 = 3 ranks "
+                    r"do not divide the actor's 2 process")
     with pytest.raises(ConfigError, match=layout_error):
-        math_groups.actor_worker_class(cfg, cfg.cluster.plan())
+        load("grpo_tiny_megatron_cpu", ["actor.model.tensor_model_parallel_size=1",
+                                        "actor.model.pipeline_model_parallel_size=3",
+                                        "actor.megatron.ckpt.pipeline_model_parallel_size=3"])
+    cfg = load("grpo_tiny_megatron_cpu")
     monkeypatch.setattr(math_groups, "megatron_import_error", lambda: "megatron-core is not installed")
     with pytest.raises(ConfigError, match=r"^actor\.training_backend: megatron-core is not installed"):
         math_groups.actor_worker_class(load("grpo_tiny_megatron_cpu"), cfg.cluster.plan())

@@ -122,6 +122,7 @@ def _libero_missing(config: str) -> bool:
     return config.startswith("libero") and importlib.util.find_spec("libero") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", sorted(BASE))
 def test_the_unchanged_configs_pass(config, world, no_ray):
     if _libero_missing(config):
@@ -132,6 +133,7 @@ def test_the_unchanged_configs_pass(config, world, no_ray):
     assert not os.path.exists(world["out"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_refused_before_ray_naming_the_key(case: Case, world, no_ray):
     if _libero_missing(case.config):
@@ -160,6 +162,7 @@ ENTRY_SAMPLE = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry, overrides, key", ENTRY_SAMPLE, ids=[s[2] for s in ENTRY_SAMPLE])
 def test_the_entry_prints_one_line_and_exits_2(entry, overrides, key, world):
     config = {"math": "grpo_tiny_cpu", "embodied": "toy_ppo_mlp", "maniskill": "maniskill_ppo_mlp_cpu"}[entry]

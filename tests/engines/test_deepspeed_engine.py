@@ -244,6 +244,7 @@ def assert_metrics_close(got, want, keys=("loss", "grad_norm", "lr"), tol=1e-5):
             assert g[k] == pytest.approx(w[k], rel=tol, abs=tol), (k, g, w)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", STAGES)
 def test_logprobs_match_the_hf_model(run, reference, stage):
     logp, ent = both(run, stage, "logp0"), both(run, stage, "ent0")

@@ -116,6 +116,7 @@ def assert_metrics_close(got, want, keys=("loss", "grad_norm", "lr"), tol=1e-5):
             assert g[k] == pytest.approx(w[k], rel=tol, abs=tol), (k, g, w)
 
 
+@pytest.mark.slow
 def test_logprobs_match_unsharded_forward(run, reference):
     logp, ent = both(run, "logp0"), both(run, "ent0")
     torch.testing.assert_close(logp, reference.logp0, atol=1e-5, rtol=0)

@@ -71,6 +71,7 @@ def res(tmp_path_factory):
     return run_in_world_of_one(_scenarios, tmp_path_factory.mktemp("fsdp_effects"))[0]
 
 
+@pytest.mark.slow
 def test_valid_token_scale_weighs_micro_batches_by_tokens_or_equally(res):
     losses = [loss for loss, _ in res["per_mb"]]
     tokens = [n for _, n in res["per_mb"]]

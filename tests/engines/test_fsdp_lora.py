@@ -52,6 +52,7 @@ def res(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_only_the_adapter_trains(res):
     assert res["trainable"] and all(".lora_A." in n or ".lora_B." in n for n in res["trainable"])
     layers = 2 * 7  # 2 blocks x q, k, v, o, gate, up, down

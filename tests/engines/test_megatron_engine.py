@@ -165,6 +165,7 @@ def max_diff(a: dict, b: dict) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
+@pytest.mark.slow
 def test_logprobs_and_entropy_match_the_hf_model(single):
     mask = make_batch().response_mask.bool()
     assert single.logp.shape == (4, 4)
@@ -248,6 +249,7 @@ def parallel(tmp_path_factory):
     return SimpleNamespace(ranks=ranks, model=model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["tp2", "pp2"])
 def test_tp2_and_pp2_give_the_tp1_logprobs_loss_and_step(parallel, layout):
     base, other = parallel.ranks[0]["dp2"], parallel.ranks[0][layout]

@@ -45,6 +45,7 @@ def res(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type", ["ppo", "decoupled_ppo"])
 def test_skipping_the_recompute_gives_the_same_step(res, loss_type):
     a, b = res[loss_type, "recomputed"], res[loss_type, "skipped"]

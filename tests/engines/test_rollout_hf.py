@@ -59,6 +59,7 @@ def _hf_greedy(model, prompt, max_new_tokens):
     return out[0, len(prompt):].tolist()
 
 
+@pytest.mark.slow
 def test_greedy_matches_model_generate(tiny, engine):
     _, model = tiny
     sp = SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=0)
@@ -73,6 +74,7 @@ def test_greedy_matches_model_generate(tiny, engine):
         assert torch.allclose(torch.tensor(g.logprobs), ref, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_chunking_does_not_change_greedy(tiny, engine):
     small = HFRolloutEngine(tiny[0], max_batch_size=2)
     sp = SamplingParams(do_sample=False, max_new_tokens=6, min_new_tokens=0)
@@ -80,6 +82,7 @@ def test_chunking_does_not_change_greedy(tiny, engine):
         [g.token_ids for g in engine.generate(PROMPTS, sp, n=2)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature,top_k,top_p,rep", [(1.0, -1, 1.0, 1.0), (0.7, 20, 0.9, 1.2)])
 def test_sampled_logprobs_match_recompute(tiny, engine, temperature, top_k, top_p, rep):
     _, model = tiny
@@ -101,6 +104,7 @@ def test_n_samples_prompt_major(engine):
         assert len(set(group)) > 1, "samples of one prompt should differ"
 
 
+@pytest.mark.slow
 def test_eos_stops_and_is_kept(tiny, engine):
     path, _ = tiny
     sp = SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=0)
@@ -115,6 +119,7 @@ def test_eos_stops_and_is_kept(tiny, engine):
         assert gens[1].finish_reason == "length" and len(gens[1].token_ids) == 10
 
 
+@pytest.mark.slow
 def test_min_new_tokens_blocks_early_eos(tiny, engine):
     path, _ = tiny
     def greedy(min_new):
@@ -128,6 +133,7 @@ def test_min_new_tokens_blocks_early_eos(tiny, engine):
     assert len(held.token_ids) >= 3 and first.token_ids[0] not in held.token_ids[:3]
 
 
+@pytest.mark.slow
 def test_seed_reproducible(engine):
     sp = SamplingParams(do_sample=True, temperature=1.0, max_new_tokens=8, min_new_tokens=8)
     a = [g.token_ids for g in engine.generate(PROMPTS, sp, n=2, seed=123)]
@@ -136,6 +142,7 @@ def test_seed_reproducible(engine):
     assert a == b and a != c
 
 
+@pytest.mark.slow
 def test_top_k_disabled_values_agree(engine):
     base = dict(do_sample=True, temperature=1.0, max_new_tokens=6, min_new_tokens=6)
     runs = [[g.token_ids for g in engine.generate(PROMPTS, SamplingParams(top_k=k, **base), seed=5)]
@@ -146,6 +153,7 @@ def test_top_k_disabled_values_agree(engine):
     assert [g.token_ids for g in top1] == [g.token_ids for g in greedy]
 
 
+@pytest.mark.slow
 def test_load_weights_in_place(tiny):
     path, model = tiny
     eng = HFRolloutEngine(path)
@@ -227,6 +235,7 @@ def test_rejects_empty_prompt(engine):
 
 # ---- the lean decode loop (rlinf.engines.rollout.lean_decode) vs model.generate ----------------
 
+@pytest.mark.slow
 def test_lean_loop_is_the_default_and_agrees_with_generate(tiny, engine):
     path, _ = tiny
     assert engine.decode_path == "lean"
@@ -245,6 +254,7 @@ def test_lean_loop_is_the_default_and_agrees_with_generate(tiny, engine):
             assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_lean_loop_stops_when_every_row_finished(tiny):
     path, _ = tiny
     sp = SamplingParams(do_sample=False, max_new_tokens=10, min_new_tokens=0)
@@ -268,6 +278,7 @@ class _CharTokenizer:
         return [self.decode(r) for r in rows]
 
 
+@pytest.mark.slow
 def test_stop_strings_end_rows_while_decoding(tiny, monkeypatch):
     """With the tokenizer, a row ends at the token completing a stop string (as vLLM does) and
     the batch stops decoding once every row has; without it the row runs to max_new_tokens."""
@@ -306,6 +317,7 @@ def test_other_architectures_fall_back_to_generate(tmp_path):
     assert all(len(g.token_ids) == 4 for g in gens)
 
 
+@pytest.mark.slow
 def test_lean_loop_runs_llama_and_qwen3(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 

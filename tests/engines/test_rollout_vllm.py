@@ -197,6 +197,7 @@ def _max_lp_diff(model, prompts, gens, temperature):
     return worst
 
 
+@pytest.mark.slow
 def test_greedy_matches_hf(setup):
     hf_out = setup["hf"].generate(setup["prompts"], GREEDY, n=2)
     got = setup["res"]["greedy"]

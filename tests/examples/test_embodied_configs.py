@@ -143,6 +143,7 @@ def _check_saved_policy(folder: Path, name: str):
     assert vla_predict.main(args) == 0, name
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
 def test_maniskill_openvlaoft_tiny_cpu_runs_end_to_end(tmp_path, capsys):
     """On the local backend (every group in this process): OpenVLA-OFT with LoRA under Ray is the
@@ -161,6 +162,7 @@ def test_maniskill_openvlaoft_tiny_cpu_runs_end_to_end(tmp_path, capsys):
     assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == 2  # K = 2 chunks
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("libero") is None,
                     reason="LIBERO is not installed (the libero extra of scripts/setup_env.sh)")
 def test_libero_grpo_openvlaoft_tiny_cpu_runs_end_to_end(tmp_path):

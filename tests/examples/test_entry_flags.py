@@ -47,6 +47,7 @@ def user_configs(request, tmp_path_factory):
     return entry, folder, new.strip(), index + 1
 
 
+@pytest.mark.slow
 def test_config_dir_adds_a_users_folder(user_configs):
     entry, folder, changed, _ = user_configs
     out = _run(entry, "-cd", str(folder), "-cn", "my_run", "--cfg", "job")
@@ -62,6 +63,7 @@ def test_config_path_replaces_the_entrys_folder_relative_to_the_entry_file(user_
     assert changed in out.stdout
 
 
+@pytest.mark.slow
 def test_help_shows_the_users_config(user_configs):
     entry, folder, changed, _ = user_configs
     out = _run(entry, "-cd", str(folder), "-cn", "my_run", "--help")
@@ -80,6 +82,7 @@ def test_a_broken_user_config_is_one_line_naming_the_file(user_configs, flags):
     assert f"broken.yaml:{line}:" in err[0] and "tab" in err[0], err[0]
 
 
+@pytest.mark.slow
 def test_a_missing_user_config_and_a_missing_folder_are_one_line(user_configs):
     entry, folder, _, _ = user_configs
     out = _run(entry, "-cd", str(folder), "-cn", "nope")

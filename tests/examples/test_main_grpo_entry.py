@@ -21,6 +21,7 @@ def run(args, tmp_path, timeout=600):
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_bad_key_stops_before_any_worker_with_the_key_named(tmp_path):
     proc = run(["algorithm.group_size=0"], tmp_path)
     assert proc.returncode == 2

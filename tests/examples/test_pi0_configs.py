@@ -191,6 +191,7 @@ def test_libero_ppo_pi0_tiny_cpu_runs_end_to_end(ray_cluster, checkpoints, tmp_p
     assert len(json.loads(capsys.readouterr().out.strip().splitlines()[-1])) == 50  # H rows
 
 
+@pytest.mark.slow
 def test_libero_grpo_pi05_tiny_cpu_runs_end_to_end(checkpoints, tmp_path):
     if problem := _libero_ready():
         pytest.skip(problem)
@@ -202,6 +203,7 @@ def test_libero_grpo_pi05_tiny_cpu_runs_end_to_end(checkpoints, tmp_path):
     assert (log / "policy" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_maniskill_ppo_pi0_flow_noise_tiny_cpu_runs_end_to_end(checkpoints, tmp_path):
     if importlib.util.find_spec("mani_skill") is None:
         pytest.skip("mani-skill is not installed")
@@ -238,6 +240,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 def test_bad_pi0_input_is_one_line_exit_2_before_ray(checkpoints, tmp_path):
     if problem := _libero_ready():
         pytest.skip(problem)

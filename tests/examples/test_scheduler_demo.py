@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "scheduler_demo" / "main_demo.py"
 
@@ -28,6 +30,7 @@ def test_unknown_cluster_key_is_named():
     assert out.stderr.strip().startswith("error: cluster.num_gpus: unknown key")
 
 
+@pytest.mark.slow
 def test_main_job_runs_end_to_end():
     env = {**os.environ, "RAY_ADDRESS": "local"}  # its own Ray, not the test cluster's
     out = subprocess.run([sys.executable, str(DEMO), "demo.steps=4", "demo.sync_every=2"],

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 ENTRY = ROOT / "examples" / "web_agent" / "main.py"
 
@@ -19,6 +21,7 @@ def run(args, timeout=300):
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_before_any_worker(tmp_path):
     cases = [
         (["env_config.completion_threshold=1.5"], "config error: env_config.completion_threshold:"),

@@ -69,6 +69,7 @@ def test_config_errors_name_the_key(raw, spec, key):
     assert err.value.key == key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["openvla", "openvla_oft"])
 def test_openvla_from_real_format_folder(vla_dir, model_type):
     spec = ObsSpec(image_shape=(64, 64, 3), action_low=(-0.5,) * 7, action_high=(0.5,) * 7)
@@ -86,6 +87,7 @@ def test_openvla_from_real_format_folder(vla_dir, model_type):
     assert build_policy({**raw, "vocab_size": 512}, spec).tokens.base_vocab == 512
 
 
+@pytest.mark.slow
 def test_openvla_oft_lora_and_grpo(vla_dir, tmp_path):
     from rlinf.models.embodied.openvla import save_lora_adapter
 

@@ -132,6 +132,7 @@ def test_unnormalisation_by_hand():
         NormStats("quantile", "openpi", mean_std)
 
 
+@pytest.mark.slow
 def test_predicted_actions_use_the_folder_statistics(folders):
     policy = load_pi0(folders[("openpi", True)])
     cams, instr, states = _obs()
@@ -144,6 +145,7 @@ def test_predicted_actions_use_the_folder_statistics(folders):
     assert torch.allclose(acts, (raw[..., :7] + 1) / 2 * (q99 - q01 + 1e-6) + q01, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pi05", [False, True])
 def test_openpi_and_lerobot_layouts_give_the_same_actions(folders, pi05):
     a, b = load_pi0(folders[("openpi", pi05)]), load_pi0(folders[("lerobot", pi05)])
@@ -216,6 +218,7 @@ def test_resize_with_pad_and_camera_slots():
         camera_batch([img] * 4, 3, 8)
 
 
+@pytest.mark.slow
 def test_folders_without_statistics_give_normalised_actions(folders, tmp_path):
     lr = shutil.copytree(folders[("lerobot", False)], tmp_path / "lr")
     for p in lr.glob("policy_*"):

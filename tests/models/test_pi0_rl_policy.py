@@ -92,6 +92,7 @@ def test_the_update_recomputes_the_rollout_logprobs_and_values(folders, kind, kw
         assert policy.noise_head.mlp_logvar.moduleList[0].linear_1.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, kw", [("pi0", dict(noise_method="flow_sde", ignore_last=True)),
                                       ("pi0", dict(noise_method="flow_noise", joint_logprob=True))],
                          ids=["flow_sde", "flow_noise"])

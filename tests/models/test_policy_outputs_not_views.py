@@ -71,6 +71,7 @@ def fsdp_report() -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mlp", "mlp_action_level", "cnn", "flow_mlp", "openvla_oft"])
 def test_fsdp2_wrapped_policy_returns_no_view(fsdp_report, name):
     entry = fsdp_report[name]

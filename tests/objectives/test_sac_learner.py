@@ -20,6 +20,7 @@ def _bandit_batch(g: torch.Generator, n: int = 128) -> dict:
             "discount": torch.full((n,), 0.9)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [
     dict(),                                                                     # SAC, twin Q
     dict(q_head_type="crossq", num_q_heads=2),                                  # CrossQ

@@ -162,6 +162,7 @@ def pushcube_run(tmp_path_factory):
     return (raw, *_trained(raw, folder))
 
 
+@pytest.mark.slow
 @needs_maniskill
 def test_pushcube_only_eval_gives_the_training_runs_episodes_in_other_layouts(pushcube_run, tmp_path):
     raw, checkpoint, episodes, metrics = pushcube_run

@@ -60,6 +60,7 @@ def sync_run(ray_cluster, tmp_path_factory):
     return run_offpolicy(cfg, print_fn=lambda *a: lines.append(" ".join(map(str, a)))), folder, lines
 
 
+@pytest.mark.slow
 def test_sync_sac_collects_then_updates_and_saves_the_buffer(sync_run):
     summary, folder, lines = sync_run
     assert summary["steps"] == 2 and 0 <= summary["val/last_success_rate"] <= 1
@@ -97,6 +98,7 @@ def test_a_resume_continues_with_the_saved_buffer(sync_run, tmp_path):
     assert step3["throughput/env_steps_total"] == 3 * T * ENVS
 
 
+@pytest.mark.slow
 def test_async_crossq_keeps_simulating_during_updates_and_logs_staleness(ray_cluster, tmp_path):
     """rollout_mode async with CrossQ heads (no targets, actor every 2nd critic step) and 2-step
     returns: the rollout never waits for the actor, weights arrive on the channel."""
@@ -236,6 +238,7 @@ def test_a_demo_file_truncated_or_of_another_observation_space_names_the_file(tm
     assert f"algorithm.demo_buffer.load_path: demo file {cut}" in line and "truncated" in line, line
 
 
+@pytest.mark.slow
 def test_the_embodied_entry_picks_the_off_policy_recipe_and_refuses_sac_without_q_heads():
     env = {**os.environ, "HYDRA_FULL_ERROR": "0", "REPO_PATH": str(ROOT)}
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "embodiment" / "main_embodied.py"),

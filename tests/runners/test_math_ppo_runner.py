@@ -45,6 +45,7 @@ def test_ppo_collocated_warms_up_the_critic_and_the_value_loss_falls(ray_cluster
     assert last < 0.5 * first, (first, last)
 
 
+@pytest.mark.slow
 def test_ppo_disaggregated_resume_continues_the_critic(tmp_path):
     """On the local backend (one process per group here, so the groups run in this process; two
     Ray launches of four groups cost ~40 s here). The critic as a Ray group of its own processes:

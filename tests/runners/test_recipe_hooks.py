@@ -38,6 +38,7 @@ def _shipped() -> list[tuple[Path, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_every_shipped_config_names_exactly_one_recipe(monkeypatch):
     """The composed tree (Hydra defaults followed) of each example YAML claims one recipe, the
     one its entry runs."""

@@ -162,6 +162,7 @@ def test_flag_errors_name_the_flag(capsys, flags, expected):
     assert captured.out == "" and captured.err == expected + "\n"
 
 
+@pytest.mark.slow
 def test_usage_errors_are_one_line_exit_2():
     usage = ("usage: python -m rlinf.scheduler.placement [-h] [--nodes N] [--accelerators-per-node M] [--json] "
              "[--memory] [--device-memory-gib G] [--cpu] CONFIG.yaml")

@@ -392,6 +392,7 @@ def test_property_ratio_splits(start, count, per, more_procs):
         assert got == [tuple(range(start + i * width, start + (i + 1) * width)) for i in range(nproc)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(
     st.text(alphabet="0123456789-:, all", max_size=14),

@@ -31,6 +31,7 @@ def cluster_section(path: Path) -> dict:
         return OmegaConf.to_container(compose(path.stem).cluster)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_shipped_config_plans(path):
     plan = ClusterConfig.from_dict(cluster_section(path)).plan()

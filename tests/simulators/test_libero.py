@@ -30,6 +30,7 @@ def libero_cfg(**kw) -> EnvConfig:
                      init_params=EnvInitParams(camera_heights=64, camera_widths=64), **kw)
 
 
+@pytest.mark.slow
 def test_init_states_cameras_auto_reset_and_task_switch():
     with make_vector_env(libero_cfg(task_ids=(0, 1), max_episode_steps=2, auto_reset=True,
                                    use_fixed_reset_state_ids=True), num_envs=2) as env:
@@ -70,6 +71,7 @@ def _assets_path_seen_by_libero(config_dir) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_config_is_written_without_a_prompt_and_its_assets_folder_wins(tmp_path):
     fresh = tmp_path / "fresh"
     assert _assets_path_seen_by_libero(fresh) == str(bundled_assets_dir())  # no stdin question

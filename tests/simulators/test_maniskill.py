@@ -79,6 +79,7 @@ class TerminateAt(BatchSim):
         pass
 
 
+@pytest.mark.slow
 def test_reset_and_step_shapes(sim):
     env = EpisodeVectorEnv(sim)
     obs = env.reset(seed=0)
@@ -158,6 +159,7 @@ def test_ignore_terminations(sim):
     assert res.truncations.all() and res.infos["success_once"].tolist() == [False, True]
 
 
+@pytest.mark.slow
 def test_rgb_observations_and_render():
     with make_vector_env(cfg(obs_mode="rgb", camera_heights=64, camera_widths=64, instruction="pick up the cube",
                              human_render_camera_configs={"width": 96, "height": 64}), num_envs=1) as env:
@@ -173,6 +175,7 @@ def test_rgb_observations_and_render():
         assert frame.shape == (1, 64, 96, 3) and frame.dtype == np.uint8
 
 
+@pytest.mark.slow
 def test_crash_and_hang_are_reported_with_env_index_and_task():
     env = make_vector_env(EnvConfig(env_type="maniskill", init_params=EnvInitParams(id=TASK, sim_backend="cpu"),
                                     step_timeout_s=3.0), num_envs=2)
@@ -203,6 +206,7 @@ def test_task_needing_assets_fails_before_any_process_starts(monkeypatch):
         make_vector_env(bridge, num_envs=2)
 
 
+@pytest.mark.slow
 def test_empty_asset_folder_under_ms_asset_dir_counts_as_missing(tmp_path):
     (tmp_path / "data" / "tasks" / "bridge_v2_real2sim_dataset").mkdir(parents=True)  # a failed download
     code = ("from rlinf.engines.simulators.maniskill import check_maniskill_assets as c; "

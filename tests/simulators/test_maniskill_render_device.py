@@ -28,6 +28,7 @@ env.close()
 """
 
 
+@pytest.mark.slow
 def test_cpu_sim_renders_without_the_fallback_warning():
     proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

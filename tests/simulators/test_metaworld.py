@@ -97,6 +97,7 @@ def test_rgb_observations_and_video_frames_are_upright_images():
         env.close()
 
 
+@pytest.mark.slow
 def test_vector_env_in_processes_reports_success_once_and_truncates():
     from rlinf.engines.simulators import make_vector_env
 

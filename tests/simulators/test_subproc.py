@@ -58,6 +58,7 @@ def test_hung_process_is_reported_within_the_timeout():
     assert not any(p.is_alive() for p in sim._procs)  # even the stopped one is gone
 
 
+@pytest.mark.slow
 def test_exceptions_in_the_simulator_carry_its_traceback():
     sim = toy_sim(2)
     sim.reset(np.arange(2), np.arange(2))
@@ -68,6 +69,7 @@ def test_exceptions_in_the_simulator_carry_its_traceback():
         SubprocBatchSim([partial(ToyReachEnv, no_such_argument=1)], labels=["toy"])
 
 
+@pytest.mark.slow
 def test_step_async_returns_while_the_processes_step_and_step_wait_gives_the_step_result():
     a, b = toy_sim(2), toy_sim(2)
     try:
@@ -90,6 +92,7 @@ def test_step_async_returns_while_the_processes_step_and_step_wait_gives_the_ste
         b.close()
 
 
+@pytest.mark.slow
 def test_several_envs_per_process_give_the_same_results_as_one_each():
     one, grouped = toy_sim(3), toy_sim(3, envs_per_process=2)
     try:

@@ -68,6 +68,7 @@ def tensors_of(folder: Path) -> dict[str, torch.Tensor]:
     return dict(checkpoint_io.HFWeights(folder).items())
 
 
+@pytest.mark.slow
 def test_megatron_logits_match_hf_for_every_family_and_layout(models, tmp_path):
     """TP=2, PP=2 (3 layers: uneven [2, 1]) and TP=1/PP=1 in one group of two gloo processes
     with the CPU shim. One extra case pairs a checkpoint with another model's HF weights: the
@@ -163,6 +164,7 @@ def test_pytorch_bin_checkpoints_convert_too(models, tmp_path):
     assert convert.verify_round_trip(models["qwen3"], tmp_path / "meg") > 0
 
 
+@pytest.mark.slow
 def test_process_num_gives_the_same_checkpoint(models, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     meta_one = convert.hf_to_megatron(models["qwen2"], one, 2, 3, process_num=1)
@@ -263,6 +265,7 @@ def test_failure_while_writing_leaves_no_partial_checkpoint(models, tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_cli_entry_point_prints_exactly_one_error_line(models, tmp_path):
     dest = tmp_path / "dest"
     result = subprocess.run(

@@ -107,6 +107,7 @@ def dry_run(tmp_path_factory, cpu_standins):
     return proc, document, tmp / "out"
 
 
+@pytest.mark.slow
 def test_the_json_has_every_check_with_a_status_and_finite_figures(dry_run):
     proc, doc, out = dry_run
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the probe checks failed

@@ -23,6 +23,7 @@ def demos(tmp_path_factory):
     return make_demos.make_demos("PickCube-v1", 6, out, seed=100, keep_failures=True, print_fn=lambda *_: None)
 
 
+@pytest.mark.slow
 def test_the_expert_solves_pickcube(demos):
     assert demos["played"] == demos["written"] == 6
     assert demos["solved"] >= 5  # 50 / 50 over seeds 0-49 when measured

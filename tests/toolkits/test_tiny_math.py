@@ -168,6 +168,7 @@ def test_save_load_and_auto_tokenizer_give_identical_ids(tokenizer, tmp_path):
 # ----------------------------------------------------------------------------- model
 
 
+@pytest.mark.slow
 def test_model_folder_loads_with_auto_classes_and_generates(model_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -199,6 +200,7 @@ def test_model_sizes():
     assert 15e6 < counts["small"] < 25e6
 
 
+@pytest.mark.slow
 def test_warm_start_writes_a_loadable_folder(model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -84,6 +84,7 @@ def test_bad_inputs_exit_2_with_one_line(files, capsys, tmp_path):
     assert code == 2 and "--image" in err
 
 
+@pytest.mark.slow
 def test_module_entry_point_runs(files):
     ckpt, png, _ = files
     proc = subprocess.run([sys.executable, "-m", "toolkits.embodied.vla_predict", "--model-path", str(ckpt),

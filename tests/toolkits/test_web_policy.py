@@ -118,6 +118,7 @@ def test_page_reads_escaped_names():
     assert page.link('say "HI"').mark == 12 and page.lines == ("plain",)
 
 
+@pytest.mark.slow
 def test_expert_solves_every_demo_episode_in_the_browser(demos):
     rows, stats = demos
     assert stats["episodes"] == 4 * 2 + 4
@@ -178,6 +179,7 @@ def test_demo_prompts_are_the_episode_rendering(demos, settings):
     assert len(searched) == 8 and all('heading "Search results"' in r["prompt"] for r in searched[::2])
 
 
+@pytest.mark.slow
 def test_demos_are_deterministic_and_round_trip_jsonl(demos, tmp_path, settings):
     from toolkits.web_tasks.demos import collect_demos, read_jsonl, write_jsonl
 
@@ -259,6 +261,7 @@ def test_typed_search_copies_ask_for_another_name_and_type_it(demos):
     assert len({n["asked"] for n in extra}) > len(train)  # names are made up, not only the train ones
 
 
+@pytest.mark.slow
 def test_category_demos_mix_guesses_with_looking_and_copies_swap_the_category():
     _need_chromium()
     from rlinf.envs.web_sites.catalog import shop_catalog
@@ -368,6 +371,7 @@ def test_evaluate_runs_the_policy_in_the_browser(tokenizer, tmp_path):
     assert judge({"reference_answer": "$5.00"}, None) == {"success": False, "exact": False}
 
 
+@pytest.mark.slow
 def test_prepare_builds_once_and_then_returns_at_once(tmp_path):
     _need_chromium()
     from toolkits.web_tasks.prepare import Settings, prepare

@@ -35,6 +35,7 @@ print(json.dumps({"after_ours": after_ours, "after_plain": "deepspeed" in sys.mo
 """
 
 
+@pytest.mark.slow
 @needs_deepspeed
 def test_save_hf_model_does_not_import_deepspeed_where_save_pretrained_does():
     import json

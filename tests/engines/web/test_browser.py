@@ -206,6 +206,7 @@ def test_hung_load_is_stopped_within_the_timeout(host, pages):
     assert after["ok"] and after["title"] == "Page A"
 
 
+@pytest.mark.slow
 def test_script_loop_times_out_and_the_instance_recovers(host, pages):
     async def body(h, iid):
         await h.navigate(iid, pages.url("/spin"), 10)

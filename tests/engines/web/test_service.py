@@ -85,6 +85,7 @@ def run(coro, limit_s: float = 30.0):
     return asyncio.run(asyncio.wait_for(coro, limit_s))
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_every_operation_over_http(main_url, pages):
     async def body():
@@ -190,6 +191,7 @@ def test_allocate_waits_for_a_slot_then_503(main_url):
     assert stats["live"] == 3 and stats["rejected_allocations"] >= 1 and stats["waiting"] == 0
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_operation_timeout_gives_504_and_the_client_retries(main_url, pages):
     async def body():

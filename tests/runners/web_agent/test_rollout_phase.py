@@ -100,6 +100,7 @@ def test_split_tasks_by_weight():
     assert [len(s) for s in shares] == [2, 8] and sum(shares, []) == list(range(10))
 
 
+@pytest.mark.slow
 def test_phase_solves_saves_judges_and_resumes(stack, tmp_path):
     tasks = _tasks(6)
     backend = ScriptedBackend(garble={tasks[0]["instruction"].split("the ")[-1].rstrip("?")})
@@ -154,6 +155,7 @@ def _check_report_in_browser(folder, expected):
         browser.close()
 
 
+@pytest.mark.slow
 def test_stragglers_are_cut_after_the_grace_period_and_kept(stack, tmp_path):
     tasks = _tasks(5) + [dict(_tasks(6)[5], task_id="hung", start_url="/_test/hang")]  # a page that never loads
     started = time.monotonic()

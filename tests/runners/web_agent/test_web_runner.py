@@ -83,6 +83,7 @@ def _local(raw: dict) -> dict:
     return raw
 
 
+@pytest.mark.slow
 def test_online_loop_trains_syncs_checkpoints_and_resumes(tmp_path):
     """On the local backend (the groups in this process; a Ray launch of three groups costs ~20 s
     here, and the loop, the weight sync and the resume are what is tested). The web loop under
