@@ -21,7 +21,7 @@ from rlinf.utils.typed_config import ConfigError
 #: what the tiny web config reads and the command that makes it (demonstrations in Chromium and a
 #: supervised warm start: minutes, so a run that misses it stops with the command)
 WEB_ASSETS = (Asset("policy_config.base_model", "results/tiny_web/warm",
-                    "python -m toolkits.web_tasks.prepare --out {parent}", "about 2 minutes on 2 CPU cores"),)
+                    "python -m toolkits.web_tasks.prepare --out {parent}", "about 2 minutes on 2 idle CPU cores"),)
 
 
 @dataclass
