@@ -153,7 +153,7 @@ class TrajectoryStore:
 
     def save(self) -> Path:
         """Write the file now (atomically); returns its path."""
-        import torch  # lazy: torch (~2 s) only when called; the driver's checks before Ray import this module without it
+        import torch  # lazy: torch (~2 s) only when saving; the checks before Ray import this module
 
         meta = {**self.metadata, "iteration": self.iteration, "rank": self.rank, "total": self.total,
                 "count": len(self.trajectories), "complete": self.complete,
