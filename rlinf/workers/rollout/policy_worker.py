@@ -237,6 +237,14 @@ class PolicyRolloutWorker(Worker):
         """Deterministic actions ``[n, K, A]`` of an evaluation round's rows, each independent of
         the layout (see the module docstring); ``seeds``: the rows' episode seeds (-1: padding,
         given zeros)."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the thread count changes a row's last bits (6 MLP rows: 4.5e-8 at 1 vs 2
+        try:                      # threads), and it follows the layout (and, locally, the last group started)
+            return self._act_episodes_one_thread(inputs, seeds, step, batch)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _act_episodes_one_thread(self, inputs: dict, seeds: list[int], step: int, batch: int) -> torch.Tensor:
         rows = [r for r, s in enumerate(seeds) if s >= 0] or [0]  # all padding: act on one for the shape
         acted: dict[int, torch.Tensor] = {}  # row -> its action chunk [K, A]
         if self.noisy_at_eval:  # one row at a time, with its episode's noise
