@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import rlinf.scheduler.backend as backend_module
 from rlinf.scheduler.backend import Backend, current_backend, forget_cluster, note_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,8 +183,11 @@ class _Cluster:
         self.backend = type("B", (), {"name": name, "in_process": name == "local"})()
 
 
-def test_new_channels_follow_the_cluster_made_last_while_it_lives():
+def test_new_channels_follow_the_cluster_made_last_while_it_lives(monkeypatch):
+    # a registry of its own: a cluster an earlier test left alive in this process must not count
+    monkeypatch.setattr(backend_module, "_CLUSTERS", [])
     before = current_backend()
+    assert before is None
     ray_like, local = _Cluster("ray"), _Cluster("local")
     note_cluster(ray_like)
     note_cluster(local)
