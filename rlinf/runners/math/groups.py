@@ -96,19 +96,12 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
 
 
 def actor_worker_class(cfg: MathConfig, plan: PlacementPlan) -> type:
-    """The actor worker of ``actor.training_backend``; Megatron's needs megatron-core and a
-    tensor x pipeline size that divides the actor's ranks (checked here, before any worker
-    starts; a worker without GPUs fails at start with the reason)."""
+    """The actor worker of ``actor.training_backend``; Megatron's needs megatron-core (checked
+    here, before any worker starts; that tensor x pipeline ranks divide the actor's processes is
+    ``MathConfig.check_against_plan``'s rule; a worker without GPUs fails at start with the reason)."""
     if cfg.actor.training_backend == "fsdp":
         return FSDPActorWorker
     problem = megatron_import_error()
     if problem:
         raise ConfigError("actor.training_backend", problem)
-    m = cfg.actor.model.llm
-    ranks = plan.component("actor").world_size
-    tp, pp = m.tensor_model_parallel_size, m.pipeline_model_parallel_size
-    if ranks % (tp * pp):
-        raise ConfigError("actor.model.tensor_model_parallel_size",
-                          f"tensor_model_parallel_size ({tp}) x pipeline_model_parallel_size ({pp}) does not "
-                          f"divide the actor's {ranks} ranks (its placement)")
     return MegatronActorWorker
