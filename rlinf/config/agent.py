@@ -40,7 +40,8 @@ class AgentLoopConfig:
             failed or timed out, instead of showing the error to the model.
         tool_concurrency: calls running at once per rollout rank.
         tool_timeout_s: wall-clock limit of one call (a tool's own limit, e.g.
-            ``tools.python.timeout_s``, fires first).
+            ``tools.python.timeout_s``, fires first); a tool's simulated wait
+            (``tools.<name>.latency``) counts toward it.
         wait_fraction: a generation round starts once this share of the unfinished episodes
             have their tool results (the others' calls overlap with it); 1 = wait for all.
         system_prompt: a system message put before every prompt (null: none).
@@ -89,7 +90,9 @@ class ToolAgentConfig(MathConfig):
     Attributes:
         agentloop: how episodes run (:class:`AgentLoopConfig`).
         tools: tool name -> its keys (``{}`` for none); a tool of your own takes
-            ``class_path: package.module:ToolClass``. Each is built and checked before Ray.
+            ``class_path: package.module:ToolClass``; every tool takes ``latency`` (a seeded
+            wait before each call, e.g. ``{distribution: lognormal, median_s: 0.3, p95_s: 3.0,
+            seed: 0}``; :mod:`rlinf.engines.tools.latency`). Each is built and checked before Ray.
     """
 
     agentloop: AgentLoopConfig = field(default_factory=AgentLoopConfig)

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from rlinf.engines.tools.latency import ToolLatency, parse_latency
 from rlinf.utils.typed_config import ConfigError, parse_section
 
 __all__ = ["Tool", "ToolResult", "ToolSession", "TOOLS", "register_tool", "tool_class", "make_tool",
@@ -62,10 +63,19 @@ class ToolResult:
 @dataclass
 class ToolSession:
     """State of one episode, shared by its calls: ``state[tool name]`` is the tool's own
-    (e.g. the Python tool's earlier cells); ``episode_id`` names the episode in messages."""
+    (e.g. the Python tool's earlier cells); ``episode_id`` names the episode in messages and
+    keys its latency draws; ``calls[tool name]`` counts the calls submitted so far (the
+    :class:`~.pool.ToolPool` counts them, in submission order)."""
 
     episode_id: str = ""
     state: dict[str, Any] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def next_call_index(self, tool: str) -> int:
+        """The index of this session's next call of ``tool`` (0, 1, ...), counted."""
+        index = self.calls.get(tool, 0)
+        self.calls[tool] = index + 1
+        return index
 
 
 @dataclass(frozen=True)
@@ -76,12 +86,16 @@ class NoOptions:
 class Tool(ABC):
     """One tool; subclasses set ``name``, ``description``, ``parameters`` (JSON schema of the
     arguments, an ``object``) and, when they take YAML keys, ``Options`` (a frozen dataclass
-    whose fields are the keys; unknown keys are refused naming ``tools.<name>.<key>``)."""
+    whose fields are the keys; unknown keys are refused naming ``tools.<name>.<key>``).
+
+    ``latency`` (set by :func:`make_tool` from ``tools.<name>.latency``, every tool takes it;
+    None: none) is a wait the pool adds before each call (:mod:`~.latency`)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     parameters: ClassVar[dict] = {"type": "object", "properties": {}}
     Options: ClassVar[type] = NoOptions
+    latency: ToolLatency | None = None
 
     def __init__(self, options: Any = None):
         self.options = options if options is not None else self.Options()
@@ -150,15 +164,28 @@ def tool_class(name: str, class_path: str | None = None, path: str = "tools") ->
 
 
 def make_tool(name: str, raw: dict | None, path: str = "tools") -> Tool:
-    """Build tool ``name`` from its YAML mapping (``class_path`` plus the tool's ``Options``
-    keys), then run its :meth:`Tool.check`."""
+    """Build tool ``name`` from its YAML mapping (``class_path`` and ``latency``, which every
+    tool takes, plus the tool's ``Options`` keys), then run its :meth:`Tool.check`.
+
+    >>> make_tool("calculator", {"latency": {"distribution": "fixed", "median_s": 0.05}}).latency.median_s
+    0.05
+    >>> make_tool("calculator", {"latency": {"median_s": 0}})
+    Traceback (most recent call last):
+    ...
+    rlinf.utils.typed_config.ConfigError: tools.calculator.latency.median_s: must be a finite number > 0, got 0
+    """
     raw = dict(raw or {})
     class_path = raw.pop("class_path", None)
     cls = tool_class(name, class_path, path)
+    latency = parse_latency(raw.pop("latency", None), f"{path}.{name}.latency")
     if not dataclasses.is_dataclass(cls.Options):
         raise ConfigError(f"{path}.{name}", f"{cls.__name__}.Options must be a dataclass")
+    if any(f.name == "latency" for f in dataclasses.fields(cls.Options)):
+        raise ConfigError(f"{path}.{name}", f"{cls.__name__}.Options has a field 'latency', a key every tool "
+                          "takes (tools.<name>.latency, the pool's simulated wait); rename the field")
     options = parse_section(cls.Options, raw, f"{path}.{name}")
     tool = cls(options)
+    tool.latency = latency
     if class_path:  # a user's class keeps the name the YAML gives it
         tool.name = name
     tool.check(f"{path}.{name}")

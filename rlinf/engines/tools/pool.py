@@ -8,6 +8,12 @@ name, arguments that do not fit the schema, a tool that raises, returns somethin
 or runs past ``timeout_s`` (its thread is abandoned and the call answered as timed out; the Python
 tool also kills its process). Outputs longer than ``max_output_chars`` are cut in the middle.
 
+A tool with a ``latency`` (``tools.<name>.latency``, :mod:`~.latency`) waits its drawn seconds on
+the call's thread before it runs, inside the call's time limit: a wait past ``timeout_s`` is
+answered as timed out, as a slow service's would be (the thread stops waiting then). The call
+index of the draw is counted when the call is submitted, so the draws do not depend on which
+thread runs first. ``info["latency_s"]`` gives the wait, ``info["seconds"]`` includes it.
+
 Example:
     >>> from rlinf.engines.tools.calculator import CalculatorTool
     >>> pool = ToolPool({"calculator": CalculatorTool()}, max_concurrency=2, timeout_s=5)
@@ -66,6 +72,8 @@ class ToolPool:
         self.max_output_chars = int(max_output_chars)
         self._executor = ThreadPoolExecutor(max_workers=max(1, max_concurrency), thread_name_prefix="rlinf-tool")
         self._lock = threading.Lock()
+        self._waits: set[threading.Event] = set()  # latency waits under way (close wakes them)
+        self._closed = False
         self.counts: Counter[str] = Counter()
 
     def _count(self, key: str, n: int = 1) -> None:
@@ -87,7 +95,8 @@ class ToolPool:
             self._count("bad_arguments")
             done.set_result(ToolResult(f"Error: {name}: {problem}.", "error"))
             return done
-        inner = self._executor.submit(self._run, tool, arguments, session, done)
+        index = session.next_call_index(name)
+        inner = self._executor.submit(self._run, tool, arguments, session, done, index)
         inner.add_done_callback(lambda f: self._settle(done, f))
         return done
 
@@ -120,10 +129,30 @@ class ToolPool:
             return
         self._set(done, inner.result())
 
-    def _run(self, tool: Tool, arguments: dict, session: ToolSession, done: Future) -> ToolResult:
+    def _wait(self, done: Future, seconds: float) -> bool:
+        """Sleep ``seconds`` unless ``done`` is settled first (the call timed out) or the pool
+        closes; True when the whole wait passed."""
+        woken = threading.Event()
+        with self._lock:
+            if self._closed:
+                return False
+            self._waits.add(woken)
+        done.add_done_callback(lambda _f: woken.set())
+        try:
+            return not woken.wait(seconds)
+        finally:
+            with self._lock:
+                self._waits.discard(woken)
+
+    def _run(self, tool: Tool, arguments: dict, session: ToolSession, done: Future, index: int = 0) -> ToolResult:
         t0 = time.perf_counter()
         timer = self._start_clock(done, tool.name)
+        delay = None
         try:
+            if tool.latency is not None:
+                delay = tool.latency.draw(tool.name, session.episode_id, index)
+                if not self._wait(done, delay):  # timed out (already answered) or the pool closed
+                    return ToolResult(f"Error: the tool pool closed before {tool.name} ran.", "error")
             out = tool.call(arguments, session)
         finally:
             timer.cancel()
@@ -137,11 +166,20 @@ class ToolPool:
         elif out.status == "error":
             self._count("errors")
         out.text = truncate_middle(out.text, self.max_output_chars)
+        if delay is not None:
+            out.info["latency_s"] = delay
+            if "seconds" in out.info:  # the tool's own figure (e.g. the sandbox's run) plus the wait
+                out.info["seconds"] += delay
         out.info.setdefault("seconds", time.perf_counter() - t0)
         return out
 
     def close(self) -> None:
-        """Stop taking calls and close every tool (running calls are not waited for)."""
+        """Stop taking calls and close every tool (running calls are not waited for; latency
+        waits end at once)."""
+        with self._lock:
+            self._closed = True
+            for woken in self._waits:
+                woken.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
         for tool in self.tools.values():
             tool.close()
