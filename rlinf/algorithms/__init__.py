@@ -27,6 +27,8 @@ Other losses: aggregate_loss (``loss_agg_func``), compute_value_loss, entropy_fr
 KL (``kl_penalty_type``): compute_kl, kl_k1 ["kl", "k1"], kl_abs ["abs"], kl_k2 ["mse", "k2"],
     kl_k3 ["low_var_kl", "k3"], apply_kl_penalty_to_rewards
 Batch shaping: dynamic_sampling_filter, overlong_penalty, scale_math_rewards, pack_micro_batches
+Fully asynchronous training (``rlinf.algorithms.async_admission``): AsyncLedger (which groups
+    may start, which finished groups a step takes, staleness <= k per group), staleness_metrics
 Registries: register_advantage, register_embodied_advantage, register_policy_loss,
     register_kl_penalty, advantage_registry, get_advantage_estimator, get_policy_loss_fn, get_kl_fn
 Masked helpers: masked_sum, masked_mean, masked_whiten
@@ -52,6 +54,7 @@ from rlinf.algorithms.advantages import (
     rewards_to_last_token,
     rloo_estimator,
 )
+from rlinf.algorithms.async_admission import AsyncLedger, staleness_metrics
 from rlinf.algorithms.batching import pack_micro_batches
 from rlinf.algorithms.entropy import compute_entropy_loss, entropy_from_logits
 from rlinf.algorithms.gae import compute_gae_advantages, gae_estimator
@@ -100,6 +103,7 @@ __all__ = [
     "AdvantageInputs",
     "AdvantageOutputs",
     "AdvantageRegistry",
+    "AsyncLedger",
     "EMBODIED_ADVANTAGES",
     "GroupFilterResult",
     "KL_PENALTIES",
@@ -148,4 +152,5 @@ __all__ = [
     "rewards_to_last_token",
     "rloo_estimator",
     "scale_math_rewards",
+    "staleness_metrics",
 ]

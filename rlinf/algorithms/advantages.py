@@ -106,7 +106,10 @@ def compute_grpo_advantages(
     A_i = (r_i - mean_g) / (std_g + eps) if ``normalize_advantages`` else r_i - mean_g,
     where std_g is the *unbiased* sample std (divides by group_size - 1). A group whose rewards
     are all exactly equal gets A = 0 (so does ``group_size`` 1). Token advantage
-    A_{i,t} = A_i * mask_{i,t}; returns equal the advantages.
+    A_{i,t} = A_i * mask_{i,t}; returns equal the advantages. A group keeps ONE baseline
+    whatever policy versions produced its members (fully asynchronous training: mean_g and
+    std_g are over the whole group, never per version); the decoupled PPO loss corrects for
+    the mixed behaviour policies token by token.
 
     Args:
         rewards: ``[batch]`` sequence rewards, batch = n_prompts * group_size.
