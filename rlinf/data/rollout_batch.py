@@ -33,7 +33,7 @@ import torch
 _TENSOR_FIELDS = (
     "prompt_ids", "prompt_mask", "response_ids", "response_mask", "rollout_logprobs",
     "old_logprobs", "ref_logprobs", "values", "rewards", "advantages", "returns", "group_ids",
-    "correct", "loss_mask",
+    "correct", "loss_mask", "token_versions", "version_start", "version_end",
 )
 
 
@@ -64,6 +64,12 @@ class RolloutBatch:
             are the model's own (a tool agent's tool results: 0); None = ``response_mask``.
             Attention still covers every response token; :attr:`train_mask` is what losses,
             advantages and token metrics use.
+        token_versions: ``[B, R]`` the policy version that sampled each response token (-1 where
+            the policy did not sample it: a tool result, padding); None = not tracked (every
+            token came from ``policy_version``).
+        version_start, version_end: ``[B]`` the versions of each sample's first and last sampled
+            token (fully asynchronous rollout: a sample continued under new weights spans
+            several); None = not tracked. :meth:`versions` gives them either way.
         episodes: per sample, a tool agent's episode figures (``turns``, ``tool_calls``,
             ``invalid_calls``, ``tool_errors``, ``tool_timeouts``, ``end_reason``, ...); empty
             for single-turn rollouts.
@@ -90,6 +96,9 @@ class RolloutBatch:
     policy_version: int = 0
     loss_mask: torch.Tensor | None = None
     episodes: list[dict] = field(default_factory=list)
+    token_versions: torch.Tensor | None = None
+    version_start: torch.Tensor | None = None
+    version_end: torch.Tensor | None = None
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -155,6 +164,19 @@ class RolloutBatch:
         return input_ids, attention_mask, position_ids
 
     # ---- slicing --------------------------------------------------------------------------------
+    def versions(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(version_start, version_end)`` per sample; a batch that does not track them was
+        sampled wholly by ``policy_version``.
+
+        >>> b = RolloutBatch.from_token_lists([[1]], [[2]], pad_token_id=0, policy_version=3)
+        >>> [t.tolist() for t in b.versions()]
+        [[3], [3]]
+        """
+        if self.version_start is not None and self.version_end is not None:
+            return self.version_start, self.version_end
+        same = torch.full((self.batch_size,), self.policy_version, dtype=torch.long)
+        return same, same.clone()
+
     def select(self, indices: Sequence[int] | torch.Tensor) -> RolloutBatch:
         """The samples at ``indices`` (lists and tensors of the batch dimension are indexed)."""
         idx = torch.as_tensor(indices, dtype=torch.long)
@@ -191,7 +213,7 @@ class RolloutBatch:
                 if any(v is None for v in values):
                     changes[f.name] = None
                     continue
-                fill = pad_token_id if f.name == "response_ids" else 0
+                fill = {"response_ids": pad_token_id, "token_versions": -1}.get(f.name, 0)
                 changes[f.name] = torch.cat([_pad_right(v, R, fill) if v.dim() == 2 else v for v in values])
             elif isinstance(values[0], list):
                 changes[f.name] = [x for v in values for x in v]

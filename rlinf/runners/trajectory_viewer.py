@@ -91,7 +91,9 @@ def _web_step(step: dict) -> str:
 def _tool_step(step: dict) -> str:
     results = "".join(f"<pre class='tool {_e(r.get('status'))}'>{_e(r.get('status'))}: {_e(r.get('text'))}</pre>"
                       for r in step.get("tool_results") or ())
-    return (f"<div class='step'><div><b>Turn {_e(step.get('index'))}</b>"
+    versions = step.get("policy_versions") or ()
+    tag = f" <span class='version'>policy v{'/v'.join(str(v) for v in versions)}</span>" if versions else ""
+    return (f"<div class='step'><div><b>Turn {_e(step.get('index'))}</b>{tag}"
             f"<pre class='reply'>{_e(step.get('response'))}</pre>"
             + (f"<div class='results'>tool results:{results}</div>" if results else "") + "</div></div>")
 

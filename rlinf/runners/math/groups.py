@@ -57,8 +57,9 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
                      and plan.mode("actor", "inference") == Mode.DISAGGREGATED)
     launched: list[WorkerGroup] = []
 
-    def launch(worker_cls, component, name, args) -> WorkerGroup:
-        group = WorkerGroup.launch(cluster, worker_cls, component, name=name, args=args, wait=False)
+    def launch(worker_cls, component, name, args, threads: int = 1) -> WorkerGroup:
+        group = WorkerGroup.launch(cluster, worker_cls, component, name=name, args=args, wait=False,
+                                   max_concurrency=threads)
         launched.append(group)
         return group
 
@@ -72,7 +73,9 @@ def launch_math_groups(cfg: MathConfig, cluster: Cluster, plan: PlacementPlan, t
         rollout_model = cfg.rollout.model.model_path or cfg.model_path
         rollout = launch(rollout_worker, plan.component("rollout"), cfg.rollout.group_name,
                          (rollout_model, cfg.rollout, cfg.actor.tokenizer.tokenizer_model, cfg.actor.tokenizer,
-                          *rollout_extra))
+                          *rollout_extra),
+                         # fully_async: the stream holds one call thread; weights and validation use the other
+                         threads=2 if cfg.rollout_mode == "fully_async" else 1)
         overlong = (cfg.algorithm.sampling_params.max_new_tokens, cfg.algorithm.overlong_buffer_len,
                     cfg.algorithm.overlong_penalty_factor, cfg.tokenizer_path, cfg.actor.tokenizer)
         if "reward" in plan.components:

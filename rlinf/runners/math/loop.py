@@ -30,12 +30,14 @@ from collections import deque
 from dataclasses import replace
 
 from rlinf.algorithms import dynamic_sampling_filter
+from rlinf.algorithms.async_admission import staleness_metrics
 from rlinf.config.math import MathConfig
 from rlinf.data.prompt_dataset import PromptLoader
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.objectives.batching import plan_update
 from rlinf.objectives.llm import add_advantages
 from rlinf.runners import checkpoint as ckpt
+from rlinf.runners.math.fully_async import FullyAsyncSource
 from rlinf.runners.math.groups import MathGroups
 from rlinf.runners.math.pipeline import RolloutPipeline, Submitted
 from rlinf.runners.schedule import Schedule, ScheduledRunner
@@ -77,6 +79,10 @@ class MathRunner(ScheduledRunner):
         self.history: list[dict[str, float]] = []
         # generations submitted ahead (async mode), each with the loader state before its prompts
         self._ahead: deque[tuple[Submitted, dict]] = deque()
+        #: runner.rollout_mode fully_async: groups stream in as they finish (started at the first step)
+        self.fully_async = FullyAsyncSource(cfg, groups, train, pad_token_id) \
+            if cfg.rollout_mode == "fully_async" else None
+        self._stream_started = False
 
     # ---- one training step ------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
@@ -106,8 +112,10 @@ class MathRunner(ScheduledRunner):
         metrics["time/sync"] = time.perf_counter() - t_sync
         metrics["time/step"] = time.perf_counter() - t
         lengths = batch.response_lengths.float()
+        start, end = batch.versions()
+        metrics.update(staleness_metrics(self.step - 1, start.tolist(), end.tolist()))
+        metrics["rollout/interrupted_sequences"] = float((end > start).sum())
         return {**metrics, **actor_metrics, "step": float(self.step), "update/samples": float(samples.batch_size),
-                "rollout/staleness": float(self.step - 1 - batch.policy_version),
                 "response/length_mean": float(lengths.mean()),
                 "response/clip_frac": sum(r == "length" for r in batch.finish_reasons) / batch.batch_size,
                 "throughput/tokens_per_s": batch.num_response_tokens / max(metrics["time/step"], 1e-9)}
@@ -120,6 +128,8 @@ class MathRunner(ScheduledRunner):
     def _rollout_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
         """Steps 1-4: the scored batch of this step, refilled by dynamic sampling if enabled."""
         algo = self.cfg.algorithm
+        if self.fully_async is not None:
+            return self._fully_async_batch()
         self._submit_ahead()
         job, _ = self._ahead.popleft()
         if not algo.dynamic_sampling:
@@ -141,6 +151,19 @@ class MathRunner(ScheduledRunner):
                         "dynamic_sampling/kept_frac": min(n_kept, batch.batch_size) / batch.batch_size})
         return full, metrics
 
+    def _fully_async_batch(self) -> tuple[RolloutBatch, dict[str, float]]:
+        """Steps 1-4 in fully_async mode: the groups the ledger picks for this step, as they
+        finished (generation goes on meanwhile), then reward and the current actor's log-probs."""
+        if not self._stream_started:
+            self.fully_async.start()
+            self._stream_started = True
+        t = time.perf_counter()
+        batch = self.fully_async.take(self.step)
+        waited = time.perf_counter() - t
+        batch, metrics = self.pipeline.score(batch)
+        metrics["time/rollout"] = waited  # what this step waited for finished groups
+        return batch, metrics
+
     def _submit_ahead(self) -> None:
         """Keep ``max_head_offpolicyness + 1`` generations in flight (1 = synchronous)."""
         algo = self.cfg.algorithm
@@ -155,6 +178,8 @@ class MathRunner(ScheduledRunner):
         receiving = self.groups.rollout.execute("receive_weights", self.step)
         self.groups.actor.send_weights().wait()
         receiving.wait()
+        if self.fully_async is not None:
+            self.fully_async.set_version(self.step)
 
     # ---- validation ---------------------------------------------------------------------------
     def validate(self) -> dict[str, float]:
@@ -188,6 +213,8 @@ class MathRunner(ScheduledRunner):
             return super().fit(print_fn)
         finally:
             self._drain_ahead()
+            if self.fully_async is not None:
+                self.fully_async.stop()
 
     def _drain_ahead(self) -> None:
         while self._ahead:
@@ -210,8 +237,11 @@ class MathRunner(ScheduledRunner):
 
         # prompts already handed to generations that run ahead are given out again on resume
         loader = self._ahead[0][1] if self._ahead else self.train.state_dict()
-        return ckpt.save_step(os.path.join(self.run_dir, "checkpoints"), self.step, write_parts,
-                              {"step": self.step, "train_loader": loader, "history": self.history})
+        state = {"step": self.step, "train_loader": loader, "history": self.history}
+        if self.fully_async is not None:  # groups admitted but not trained restart from their prompts
+            state["fully_async"] = self.fully_async.state_dict()
+            state["train_loader"] = state["fully_async"]["loader"]
+        return ckpt.save_step(os.path.join(self.run_dir, "checkpoints"), self.step, write_parts, state)
 
     def load_checkpoint(self, path: str) -> None:
         """Resume from ``path`` (a step folder or a checkpoints folder: the latest step), then
@@ -227,6 +257,11 @@ class MathRunner(ScheduledRunner):
             self.groups.critic.load_checkpoint(critic_dir).wait()
         self.train.load_state_dict(state["train_loader"])
         self.step, self.history = int(state["step"]), list(state["history"])
+        if self.fully_async is not None:
+            if "fully_async" not in state:
+                raise ConfigError("runner.rollout_mode", f"{step_dir!r} was saved by a run that was not fully_async; "
+                                                         "resume it in the mode it was saved in")
+            self.fully_async.load_state_dict(state["fully_async"], self.step)
         self._sync_weights()
 
     def export(self) -> str:
@@ -240,6 +275,8 @@ class MathRunner(ScheduledRunner):
 
     def close(self) -> None:
         self._drain_ahead()
+        if self.fully_async is not None:
+            self.fully_async.stop()
         self.pipeline.close()
 
 

@@ -76,6 +76,8 @@ def old_logprobs_are_current(cfg: MathConfig) -> str | None:
         reasons.append(f"algorithm.n_minibatches is {algo.n_minibatches}")
     if algo.max_head_offpolicyness:
         reasons.append("the rollout runs ahead (algorithm.max_head_offpolicyness > 0)")
+    if cfg.rollout_mode == "fully_async":
+        reasons.append("the rollout is fully asynchronous (samples of several versions)")
     if ro.model.model_path and cfg.actor.model.model_path and ro.model.model_path != cfg.actor.model.model_path:
         reasons.append("the rollout starts from other weights (rollout.model.model_path)")
     if algo.kl_beta > 0 and algo.kl_in_reward:
@@ -222,6 +224,17 @@ class RolloutPipeline:
         job.call.wait()
         if job.expected_chunks:
             self.channel.get_batch(job.key, count=job.expected_chunks, timeout=60)
+
+    def score(self, batch: RolloutBatch, logprobs: bool = True) -> tuple[RolloutBatch, dict[str, float]]:
+        """Reward and (unless ``logprobs`` is False) log-probs of a generated batch — what
+        :meth:`collect` does after generation; the fully asynchronous path calls it on the groups a
+        step takes, so the proximal log-probs are the current actor's."""
+        t = time.perf_counter()
+        pending = self._logprobs_async(batch) if logprobs else {}
+        scored, metrics = self._score_async(batch)()
+        _fill_logprobs(scored, pending, self.cfg.rollout.recompute_logprobs)
+        metrics["time/after_rollout"] = time.perf_counter() - t
+        return scored, metrics
 
     def add_logprobs(self, batch: RolloutBatch) -> None:
         """Fill ``old_logprobs`` / ``ref_logprobs`` of a batch collected with ``logprobs=False``."""

@@ -7,7 +7,8 @@ each validation's to ``<run>/test_trajectories/iteration{step}_rank_0.pt``
 record per episode: the task (``task_id`` = the prompt's index in its data file, the prompt text,
 the reference answer), ``repeat`` (its place among that prompt's episodes), ``status`` (the end
 reason), ``answer`` (what the reward read), ``reward`` and one step per model turn with the tool
-results shown to the model. Render them with::
+results shown to the model and ``policy_versions``, the versions that sampled the turn's tokens
+(two or more when new weights reached it mid-turn, ``runner.rollout_mode: fully_async``). Render them with::
 
     python -m rlinf.runners.trajectory_viewer results/<experiment>/train_trajectories --iteration 3
 
@@ -42,12 +43,14 @@ def episode_records(batch: RolloutBatch) -> list[dict]:
         seen[task_id] = repeat + 1
         texts = episode.get("turn_texts", [])
         results = episode.get("turn_results", [[] for _ in texts])
+        versions = episode.get("turn_versions", [])
         records.append({
             "task": {"task_id": task_id, "instruction": _at(batch.prompt_texts, i),
                      "reference_answer": _at(batch.answers, i)},
             "repeat": repeat, "status": episode.get("end_reason"), "answer": _at(batch.texts, i),
             "reward": None if batch.rewards is None else float(batch.rewards[i]),
-            "steps": [{"index": t, "response": text, "tool_results": list(results[t]) if t < len(results) else []}
+            "steps": [{"index": t, "response": text, "tool_results": list(results[t]) if t < len(results) else [],
+                       "policy_versions": list(versions[t]) if t < len(versions) else []}
                       for t, text in enumerate(texts)]})
     return records
 

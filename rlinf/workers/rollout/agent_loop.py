@@ -72,6 +72,7 @@ class Episode:
     response_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # policy version per token (-1: a tool's)
     turns: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each model turn
     turn_texts: list[str] = field(default_factory=list)
     turn_results: dict[int, list[dict]] = field(default_factory=dict)  # turn -> [{status, text}] shown
@@ -99,6 +100,7 @@ class Episode:
                 "tool_seconds": round(self.tool_seconds, 4), "end_reason": self.end_reason,
                 "model_tokens": self.model_tokens, "tool_tokens": len(self.response_ids) - self.model_tokens,
                 "turn_spans": list(self.turns), "turn_texts": list(self.turn_texts),
+                "turn_versions": [sorted(set(self.versions[a:b])) for a, b in self.turns],
                 "turn_results": [self.turn_results.get(i, []) for i in range(len(self.turns))]}
 
 
@@ -134,11 +136,14 @@ class AgentLoop:
         self.engine, self.tokenizer, self.fmt, self.pool, self.budgets = engine, tokenizer, fmt, pool, budgets
         self.eos_ids = set(getattr(engine, "eos_token_ids", None) or [tokenizer.eos_token_id])
         self.timing = {"generate_s": 0.0, "tool_wait_s": 0.0, "rounds": 0}
+        #: the policy version tokens are tagged with (the rollout worker keeps it current)
+        self.version = 0
 
     def run(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
             seed: int | None = None) -> list[Episode]:
         """``n`` episodes per prompt, prompt-major (as ``engine.generate`` orders samples)."""
-        episodes = [Episode(i, list(p), ToolSession(f"{i}.{k}")) for i, p in enumerate(prompts) for k in range(n)]
+        tag = "" if seed is None else f"s{seed}/"  # every call names its episodes apart (tool latency draws)
+        episodes = [Episode(i, list(p), ToolSession(f"{tag}{i}.{k}")) for i, p in enumerate(prompts) for k in range(n)]
         stops = tuple(dict.fromkeys([*sampling.stop, *self.fmt.stop_strings]))
         ready, waiting = list(episodes), []
         rnd = 0
@@ -167,24 +172,30 @@ class AgentLoop:
         self.timing["generate_s"] += time.perf_counter() - t0
         self.timing["rounds"] += 1
         for g in gens:
-            e = batch[g.prompt_index]
-            ids, lps = list(g.token_ids), list(g.logprobs)
-            cut = cut_at_stop(ids, self.tokenizer, stops) if stops else None
-            if cut is not None:
-                ids, lps = ids[:cut], lps[:cut]
-            limit = room[g.prompt_index]
-            over = len(ids) > limit or (len(ids) == limit and cut is None and not (ids and ids[-1] in self.eos_ids))
-            ids, lps = ids[:limit], lps[:limit]
-            start = len(e.response_ids)
-            e.response_ids += ids
-            e.loss_mask += [1] * len(ids)
-            e.logprobs += lps
-            e.turns.append((start, len(e.response_ids)))
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            e.turn_texts.append(text)
-            e.ended_with_eos = bool(ids) and ids[-1] in self.eos_ids
-            stopped = cut is not None or e.ended_with_eos
-            self._after_turn(e, text, stopped and not over)
+            versions = [self.version] * len(g.token_ids)
+            self.finish_turn(batch[g.prompt_index], list(g.token_ids), list(g.logprobs), versions,
+                             room[g.prompt_index], stops)
+
+    def finish_turn(self, e: Episode, ids: list[int], lps: list[float], versions: list[int], limit: int,
+                    stops: tuple[str, ...]) -> None:
+        """Append a model turn's tokens (cut at a stop string and at ``limit``) to ``e`` and act
+        on it: end the episode or submit its tool calls."""
+        cut = cut_at_stop(ids, self.tokenizer, stops) if stops else None
+        if cut is not None:
+            ids, lps, versions = ids[:cut], lps[:cut], versions[:cut]
+        over = len(ids) > limit or (len(ids) == limit and cut is None and not (ids and ids[-1] in self.eos_ids))
+        ids, lps, versions = ids[:limit], lps[:limit], versions[:limit]
+        start = len(e.response_ids)
+        e.response_ids += ids
+        e.loss_mask += [1] * len(ids)
+        e.logprobs += lps
+        e.versions += versions
+        e.turns.append((start, len(e.response_ids)))
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        e.turn_texts.append(text)
+        e.ended_with_eos = bool(ids) and ids[-1] in self.eos_ids
+        stopped = cut is not None or e.ended_with_eos
+        self._after_turn(e, text, stopped and not over)
 
     def _after_turn(self, e: Episode, text: str, finished_turn: bool) -> None:
         if not finished_turn:
@@ -252,6 +263,7 @@ class AgentLoop:
         e.response_ids += cont
         e.loss_mask += [0] * len(cont)
         e.logprobs += [0.0] * len(cont)
+        e.versions += [-1] * len(cont)
         return True
 
 

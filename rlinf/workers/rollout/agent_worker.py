@@ -23,12 +23,13 @@ import torch
 from rlinf.config.agent import AgentLoopConfig
 from rlinf.config.algorithm import SamplingParams
 from rlinf.config.rollout import RolloutConfig
-from rlinf.data.prompt_dataset import PromptBatch
+from rlinf.data.prompt_dataset import Prompt, PromptBatch
 from rlinf.data.rollout_batch import RolloutBatch
 from rlinf.engines.tools.base import make_tool
 from rlinf.engines.tools.formats import get_format
 from rlinf.engines.tools.pool import ToolPool
-from rlinf.workers.rollout.agent_loop import AgentBudgets, AgentLoop
+from rlinf.workers.rollout.agent_loop import AgentBudgets, AgentLoop, Episode
+from rlinf.workers.rollout.agent_stream import AgentStreamLoop
 from rlinf.workers.rollout.generation_worker import GenerationWorker
 
 
@@ -64,26 +65,37 @@ class AgentRolloutWorker(GenerationWorker):
         format's answer), ``finish_reasons`` the end reasons, ``episodes`` each one's figures.
         (:meth:`generate`, inherited, chunks the prompts and calls this per chunk.)"""
         items = prompts.prompts
+        self.loop.version = self.policy_version
         episodes = self.loop.run(prompts.token_ids, sampling, n=n, seed=seed)
-        batch = RolloutBatch.from_token_lists(
-            [e.prompt_ids for e in episodes], [e.response_ids for e in episodes], self.pad_token_id,
-            group_size=n, logprobs=[e.logprobs for e in episodes],
-            answers=[items[e.prompt_index].answer for e in episodes],
-            texts=[self.format.answer_text(e.model_text, e.turn_texts[-1] if e.turn_texts else "") for e in episodes],
-            finish_reasons=[e.end_reason for e in episodes],
-            prompt_texts=[items[e.prompt_index].text for e in episodes],
-            group_ids=torch.tensor([items[e.prompt_index].index for e in episodes], dtype=torch.long),
-            policy_version=self.policy_version, episodes=[e.stats() for e in episodes])
-        mask = torch.zeros_like(batch.response_mask)
-        for i, e in enumerate(episodes):
-            mask[i, :len(e.loss_mask)] = torch.as_tensor(e.loss_mask, dtype=mask.dtype)
-        batch.loss_mask = mask
+        batch = self.episodes_batch(episodes, [items[e.prompt_index] for e in episodes], n)
         if self.cfg.print_outputs:
             first = episodes[0]
             print(f"[agent rollout rank {self.rank} v{self.policy_version}] {len(episodes)} episodes; first "
                   f"({first.end_reason}, {len(first.turns)} turns, {first.tool_calls} calls): "
                   f"{self.tokenizer.decode(first.response_ids)!r}", flush=True)
         return batch
+
+    def episodes_batch(self, episodes: list[Episode], prompts: list[Prompt], n: int) -> RolloutBatch:
+        """The batch of ``episodes`` (``prompts[i]`` is episode ``i``'s prompt; ``n`` per group,
+        group-major as given), with its loss mask (tool results 0)."""
+        batch = RolloutBatch.from_token_lists(
+            [e.prompt_ids for e in episodes], [e.response_ids for e in episodes], self.pad_token_id,
+            group_size=n, logprobs=[e.logprobs for e in episodes],
+            answers=[p.answer for p in prompts],
+            texts=[self.format.answer_text(e.model_text, e.turn_texts[-1] if e.turn_texts else "") for e in episodes],
+            finish_reasons=[e.end_reason for e in episodes],
+            prompt_texts=[p.text for p in prompts],
+            group_ids=torch.tensor([p.index for p in prompts], dtype=torch.long),
+            policy_version=self.policy_version, episodes=[e.stats() for e in episodes])
+        mask = torch.zeros_like(batch.response_mask)
+        for i, e in enumerate(episodes):
+            mask[i, :len(e.loss_mask)] = torch.as_tensor(e.loss_mask, dtype=mask.dtype)
+        batch.loss_mask = mask
+        return batch
+
+    def _make_stream(self, channel, in_key, out_key, sampling, n, max_episodes) -> AgentStreamLoop:
+        return AgentStreamLoop(self, channel, in_key, out_key, sampling, n, max_episodes,
+                               self.cfg.partial_rollout, self._gate)
 
     def tool_counts(self) -> dict[str, int]:
         """The pool's counts since start (calls, unknown_tool, bad_arguments, errors, timeouts)."""

@@ -10,6 +10,7 @@ Example (without Ray a worker is a plain object; ``model_dir`` holds an HF model
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import torch
 from safetensors.torch import save_file
@@ -24,6 +25,7 @@ from rlinf.engines.rollout.stops import cut_at_stop
 from rlinf.scheduler import Channel, Worker
 from rlinf.workers.links import WEIGHT_LINK
 from rlinf.workers.memory_hints import generate_step
+from rlinf.workers.rollout.continuous import PauseGate, StreamLoop
 
 
 class GenerationWorker(Worker):
@@ -50,6 +52,8 @@ class GenerationWorker(Worker):
                                           tokenizer_path=tokenizer_path or model_path)
         self.engine.set_tokenizer(self.tokenizer)
         self.policy_version = 0
+        self._stream: StreamLoop | None = None
+        self._gate = PauseGate(cfg.pause_grace_period)
 
     @generate_step
     def generate(self, prompts: PromptBatch, sampling: SamplingParams, n: int,
@@ -104,6 +108,46 @@ class GenerationWorker(Worker):
             answers=answers, texts=texts, finish_reasons=reasons, prompt_texts=prompt_texts,
             group_ids=torch.tensor(groups, dtype=torch.long), policy_version=self.policy_version)
 
+    # ---- fully asynchronous rollout ------------------------------------------------------------------
+    def run_stream(self, channel: Channel, in_key: str, out_key: str, sampling: SamplingParams, n: int,
+                   max_episodes: int) -> dict:
+        """Run the fully asynchronous loop (:mod:`rlinf.workers.rollout.continuous`) until
+        :meth:`stop_stream`; returns its counts. The group is launched with two call threads so
+        that weights and validation arrive while this call runs."""
+        loop = self._make_stream(channel, in_key, out_key, sampling, n, max_episodes)
+        self._stream = loop
+        try:
+            return loop.run()
+        finally:
+            self._stream = None
+
+    def _make_stream(self, channel, in_key, out_key, sampling, n, max_episodes) -> StreamLoop:
+        return StreamLoop(self, channel, in_key, out_key, sampling, n, max_episodes,
+                          self.cfg.partial_rollout, self._gate)
+
+    def stop_stream(self) -> None:
+        """End :meth:`run_stream` after its current round (episodes in flight are dropped: the
+        driver restarts them from their prompts)."""
+        if self._stream is not None:
+            self._stream.stop()
+
+    @contextmanager
+    def _stream_parked(self, grace: bool):
+        """Hold the stream loop (if one runs) at a token boundary while the body uses the engine:
+        after ``rollout.pause_grace_period`` for weights (``grace``), at once otherwise."""
+        if self._stream is None:
+            yield
+            return
+        saved = self._gate.grace_s
+        self._gate.grace_s = saved if grace else 0.0
+        self._gate.request()
+        try:
+            self._gate.wait_parked()
+            yield
+        finally:
+            self._gate.grace_s = saved
+            self._gate.resume()
+
     def generate_to_channel(self, prompts: PromptBatch, sampling: SamplingParams, n: int, seed: int,
                             channel: Channel, key: str, chunk_prompts: int) -> int:
         """Generate ``chunk_prompts`` prompts at a time and put each chunk's :class:`RolloutBatch`
@@ -111,13 +155,20 @@ class GenerationWorker(Worker):
         ``i`` samples with seed ``seed + i``. Returns the number of chunks put."""
         items = prompts.prompts
         chunks = [PromptBatch(items[s:s + chunk_prompts]) for s in range(0, len(items), chunk_prompts)]
-        for i, chunk in enumerate(chunks):
-            channel.put(self.generate(chunk, sampling, n, seed + i), key=key)
+        with self._stream_parked(grace=False):  # validation while a fully asynchronous stream runs
+            for i, chunk in enumerate(chunks):
+                channel.put(self.generate(chunk, sampling, n, seed + i), key=key)
         return len(chunks)
 
     def receive_weights(self, version: int | None = None) -> int:
         """Take the actor's weights from the weight link, in place; returns the new version
-        (``version`` when given — a resumed run continues its count — else the old one + 1)."""
+        (``version`` when given — a resumed run continues its count — else the old one + 1).
+        While a fully asynchronous stream runs, it is parked at a token boundary first (never a
+        half-loaded model: no round runs while the weights load)."""
+        with self._stream_parked(grace=True):
+            return self._receive_weights(version)
+
+    def _receive_weights(self, version: int | None) -> int:
         if self.cfg.validate_weight and self.policy_version == 0:
             state = self.recv_tensors(WEIGHT_LINK)  # kept whole, to compare after loading
             self.engine.load_weights(state.items())
