@@ -75,6 +75,39 @@ class MathConfig(RootConfig):
         return self.actor.tokenizer.tokenizer_model or self.model_path
 
     @property
+    def rollout_mode(self) -> str:
+        """``runner.rollout_mode`` resolved: as written, or (null) ``async`` when
+        ``algorithm.max_head_offpolicyness > 0``, else ``sync``.
+
+        >>> raw = {"cluster": {"num_nodes": 1, "accelerators_per_node": 2,
+        ...                    "component_placement": {"actor": 0, "rollout,reward": 1}},
+        ...        "data": {"train_data_paths": ["train.jsonl"], "rollout_batch_size": 8},
+        ...        "algorithm": {"group_size": 4, "max_head_offpolicyness": 2, "loss_type": "decoupled_ppo"},
+        ...        "actor": {"model": {"model_path": "models/tiny"}}}
+        >>> MathConfig.from_dict(raw, check_paths=False).rollout_mode
+        'async'
+        >>> cfg = MathConfig.from_dict({**raw, "runner": {"rollout_mode": "fully_async"}}, check_paths=False)
+        >>> cfg.rollout_mode, cfg.max_concurrent_rollouts, cfg.max_groups_in_flight
+        ('fully_async', 32, 8)
+        """
+        if self.runner.rollout_mode is not None:
+            return self.runner.rollout_mode
+        return "async" if self.algorithm.max_head_offpolicyness > 0 else "sync"
+
+    @property
+    def max_concurrent_rollouts(self) -> int:
+        """Episodes in flight over all rollout ranks (fully_async): ``rollout.max_concurrent_rollouts``,
+        null = ``data.rollout_batch_size * algorithm.group_size``."""
+        written = self.rollout.max_concurrent_rollouts
+        return written if written is not None else self.data.rollout_batch_size * self.algorithm.group_size
+
+    @property
+    def max_groups_in_flight(self) -> int:
+        """Groups in flight at once (fully_async): :attr:`max_concurrent_rollouts` // group_size
+        (a group starts whole; validation keeps it >= 1)."""
+        return self.max_concurrent_rollouts // self.algorithm.group_size
+
+    @property
     def active_scopes(self) -> set[str]:
         """The key scopes this run reads (see :func:`~rlinf.utils.typed_config.rule`)."""
         return {"math", self.actor.training_backend}
@@ -82,7 +115,12 @@ class MathConfig(RootConfig):
     def notes(self) -> list[str]:
         """Start-up lines for accepted keys that do nothing more here (the idle training
         backend's section, FSDP1-only settings, ...)."""
-        return check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES) + collect_notes(self)
+        notes = check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES) + collect_notes(self)
+        group, written = self.algorithm.group_size, self.rollout.max_concurrent_rollouts
+        if self.rollout_mode == "fully_async" and written is not None and written % group:
+            notes.append(f"rollout.max_concurrent_rollouts: {written}: groups of algorithm.group_size {group} "
+                         f"start whole, so at most {self.max_groups_in_flight * group} episodes run at once")
+        return notes
 
     def validate(self, path: str) -> None:
         names = self.check_component_names()
@@ -95,6 +133,7 @@ class MathConfig(RootConfig):
         check_scopes(self, self.active_scopes, soft=BACKEND_SCOPES)
         check(self.algorithm.max_head_offpolicyness == 0 or self.algorithm.loss_type == "decoupled_ppo",
               "algorithm.loss_type", "async rollout (max_head_offpolicyness > 0) needs decoupled_ppo")
+        self.check_rollout_mode()
         estimator = self.algorithm.estimator("llm")
         check(not estimator.needs_critic or self.critic.use_critic_model, "critic.use_critic_model",
               f"adv_type {estimator.name} needs a value model: set it to true")
@@ -108,6 +147,38 @@ class MathConfig(RootConfig):
               "missing: set actor.model.model_path (or rollout.model.model_path) to an HF folder")
         if self.cluster.accelerators_per_node is not None:
             self.check_against_plan(self.cluster.plan())
+
+    def check_rollout_mode(self) -> None:
+        """``runner.rollout_mode`` against ``algorithm.max_head_offpolicyness`` and the loss, and
+        the fully_async keys of ``rollout`` (refused in the other modes, where nothing reads them)."""
+        mode, k = self.runner.rollout_mode, self.algorithm.max_head_offpolicyness
+        check(mode != "sync" or k == 0, "runner.rollout_mode",
+              f"sync contradicts algorithm.max_head_offpolicyness = {k} (> 0 lets rollout run ahead); set "
+              "it to 0, or rollout_mode async / fully_async (null: derived from it)")
+        check(mode != "async" or k > 0, "runner.rollout_mode",
+              "async (the lookahead queue) runs rollout up to algorithm.max_head_offpolicyness steps ahead, "
+              "which is 0; set it >= 1, or rollout_mode sync / fully_async (null: derived from it)")
+        ro, resolved = self.rollout, self.rollout_mode
+        if resolved != "fully_async":
+            for key, default in (("max_concurrent_rollouts", None), ("pause_grace_period", 0.0),
+                                 ("partial_rollout", True)):
+                value = getattr(ro, key)
+                check(value == default, f"rollout.{key}",
+                      f"{value!r} has no effect: read only when runner.rollout_mode is fully_async (this run "
+                      f"is {resolved}, which generates whole batches between weight updates); remove it")
+            return
+        check(self.algorithm.loss_type == "decoupled_ppo", "algorithm.loss_type",
+              "ppo cannot correct samples from older policy versions, which runner.rollout_mode fully_async "
+              "trains on; use decoupled_ppo")
+        group = self.algorithm.group_size
+        check(self.max_concurrent_rollouts >= group, "rollout.max_concurrent_rollouts",
+              f"{self.max_concurrent_rollouts} is fewer than one group (algorithm.group_size = {group}), "
+              "which starts whole; set it >= group_size")
+        placed = {n.strip(): str(v) for key, v in self.cluster.component_placement.items() for n in str(key).split(",")}
+        check(placed.get("actor") is None or placed.get("actor") != placed.get("rollout"), "runner.rollout_mode",
+              f"fully_async needs actor and rollout on separate accelerators (cluster.component_placement "
+              f"places both on {placed.get('actor')!r}, collocated): generation would stop for every update; "
+              "place them apart")
 
     def check_against_plan(self, plan: PlacementPlan) -> None:
         """Batch-size rules that depend on how many processes each group has."""
@@ -129,6 +200,10 @@ class MathConfig(RootConfig):
         n_mb = self.algorithm.n_minibatches
         check(per_rank % n_mb == 0, "algorithm.n_minibatches",
               f"each actor rank gets {per_rank} samples per step, not divisible into {n_mb} minibatches")
+        placed = plan.mode("actor", "rollout").value
+        check(self.rollout_mode != "fully_async" or placed == "disaggregated", "runner.rollout_mode",
+              f"fully_async needs actor and rollout on separate accelerators (cluster.component_placement makes "
+              f"them {placed}): generation would stop for every update; place them apart")
         if self.algorithm.max_head_offpolicyness > 0:
             check(plan.mode("actor", "rollout").value == "disaggregated",
                   "algorithm.max_head_offpolicyness",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -86,7 +87,20 @@ class RolloutConfig:
         validate_save_dir: with validate_weight, rollout rank 0 also writes the weights it
             received at the first sync to this folder (``rollout_weights.safetensors``).
         sglang_decode_log_interval, max_running_requests, cuda_graph_max_bs, use_torch_compile,
-            torch_compile_max_bs: engine knobs as in the reference.
+            torch_compile_max_bs: engine knobs as in the reference (``max_running_requests``: the
+            sequences one engine decodes at once).
+        max_concurrent_rollouts: ``runner.rollout_mode: fully_async``: episodes (sequences; a
+            group is ``algorithm.group_size`` of them and starts whole) in flight over all rollout
+            ranks at once; null = ``data.rollout_batch_size * algorithm.group_size`` (one step's
+            worth). At least ``algorithm.group_size``. Unlike ``max_running_requests`` (an engine's
+            decode batch) it bounds how many episodes have started and not finished, tool waits
+            included (AReaL's key; AReaL counts prompts, we count sequences).
+        pause_grace_period: fully_async: seconds generation goes on after new weights arrive
+            before it pauses at a token boundary to load them (>= 0; AReaL's key).
+        partial_rollout: fully_async: true: sequences in flight when new weights arrive continue
+            under them (re-prefilled; each token keeps the version and log-prob of the policy
+            that sampled it); false: the weights load once the episodes in flight have finished
+            on the old ones (no episode mixes versions; our key).
         kv_cache_space_gb: vLLM on CPU: KV cache GiB (VLLM_CPU_KVCACHE_SPACE).
         enable_offload: the rollout engine (math) or policy (embodied) leaves the device while a
             collocated actor trains; null = yes for math runs (collocated placements), no for
@@ -125,6 +139,9 @@ class RolloutConfig:
     print_outputs: bool = False
     sglang_decode_log_interval: int = 500000
     max_running_requests: int = 64
+    max_concurrent_rollouts: int | None = rule(None, scope="math")
+    pause_grace_period: float = rule(0.0, scope="math")
+    partial_rollout: bool = rule(True, scope="math")
     cuda_graph_max_bs: int = 128
     use_torch_compile: bool = False
     torch_compile_max_bs: int = 128
@@ -163,6 +180,11 @@ class RolloutConfig:
         check(0 < self.gpu_memory_utilization <= 1, f"{path}.gpu_memory_utilization",
               f"must be in (0, 1], got {self.gpu_memory_utilization}")
         check(self.state_norm_clip > 0, f"{path}.state_norm_clip", f"must be > 0, got {self.state_norm_clip}")
+        check(self.max_concurrent_rollouts is None or self.max_concurrent_rollouts >= 1,
+              f"{path}.max_concurrent_rollouts", f"must be >= 1 or null (one step's worth), "
+              f"got {self.max_concurrent_rollouts}")
+        check(math.isfinite(self.pause_grace_period) and self.pause_grace_period >= 0, f"{path}.pause_grace_period",
+              f"must be >= 0 seconds, got {self.pause_grace_period}")
         check(self.kv_cache_space_gb > 0, f"{path}.kv_cache_space_gb", f"must be > 0, got {self.kv_cache_space_gb}")
         for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_stage_num",
                     "max_running_requests", "cuda_graph_max_bs", "torch_compile_max_bs"):

@@ -64,6 +64,19 @@ class RunnerConfig:
             (``<output_dir>/<experiment_name>/huggingface``) at the end of training (our key).
         plot_curves: save ``curves.png`` (reward, accuracy, length per step) in
             ``logger.log_path`` at the end (our key).
+        rollout_mode: math and tool-agent runs: ``sync`` (generate a batch, then train on it),
+            ``async`` (the lookahead queue: whole batches generated up to
+            ``algorithm.max_head_offpolicyness`` steps ahead) or ``fully_async`` (generation
+            never stops: rollout workers keep ``rollout.max_concurrent_rollouts`` episodes in
+            flight, a step trains on ``data.rollout_batch_size`` finished groups, new weights
+            reach generations in flight, no group is trained more than
+            ``algorithm.max_head_offpolicyness`` versions after it started; needs
+            ``algorithm.loss_type: decoupled_ppo`` and actor and rollout on separate
+            accelerators). null = ``async`` when ``algorithm.max_head_offpolicyness > 0``, else
+            ``sync``; ``sync`` with max_head_offpolicyness > 0 and ``async`` with 0 are refused.
+            Read the resolved value from ``MathConfig.rollout_mode``. The off-policy embodied
+            recipe has a ``rollout_mode`` of its own (sync / async); embodied PPO refuses the key
+            (it runs ahead with ``algorithm.max_head_offpolicyness: 1``).
     """
 
     task_type: Literal["math", "embodied", "tool_agent"] = "math"
@@ -88,6 +101,7 @@ class RunnerConfig:
     max_minutes: float | None = None
     export_hf: bool = True
     plot_curves: bool = True
+    rollout_mode: Literal["sync", "async", "fully_async"] | None = rule(None, scope="math")
 
     def validate(self, path: str) -> None:
         check(self.max_epochs >= 1, f"{path}.max_epochs", f"must be >= 1, got {self.max_epochs}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rlinf.config.reward import OpenAIConfig, check_env_var_name
-from rlinf.utils.typed_config import check
+from rlinf.utils.typed_config import check, rule
 
 #: the judge tasks of ``openai_config`` (seed 000's per-task overrides)
 JUDGE_TASKS = ("keypoint_detection", "blocking_detection", "evaluation")
@@ -186,6 +186,16 @@ class WebLogConfig:
         check_env_var_name(self.wandb_key_env_var, f"{path}.wandb_key_env_var")
 
 
+#: why ``runner.rollout_mode`` is sync only in a web-agent run (docs/web_agent.md)
+WEB_ASYNC_REASON = (
+    "the web agent collects one batch of episodes per iteration and updates between batches; running "
+    "ahead or fully asynchronously would take its rollout workers loading weights while episodes are in "
+    "flight (generation that pauses inside the batching policy's engine calls), a policy version per step "
+    "in its trajectories and saves, an update that takes finished episodes as they come instead of a "
+    "batch with a straggler cut-off, and actor and rollout placed apart; an external server "
+    "(env_config.vllm_server_url) cannot receive weights at all. Leave sync")
+
+
 @dataclass(frozen=True)
 class WebRunnerConfig:
     """``runner`` (ours): the outer loop of a web-agent run.
@@ -218,6 +228,9 @@ class WebRunnerConfig:
             by count. Ignored by a rollout-only run (no actor), which saves trajectories only.
         save_interval_secs: also checkpoint once this many seconds have passed since the last
             checkpoint, checked after each iteration; null = by count only.
+        rollout_mode: only ``sync`` (the math recipes' key): the web agent trains between
+            batches; ``async`` and ``fully_async`` are refused with what they would take
+            (docs/web_agent.md, "Asynchronous training").
     """
 
     iterations: int = 1
@@ -230,6 +243,7 @@ class WebRunnerConfig:
     recover_retries: int = 3
     save_interval: int = 1
     save_interval_secs: float | None = None
+    rollout_mode: Literal["sync", "async", "fully_async"] = rule("sync", only=("sync",), reason=WEB_ASYNC_REASON)
 
     @property
     def continues(self) -> bool:

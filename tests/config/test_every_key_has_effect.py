@@ -99,6 +99,15 @@ CONSUMERS = {
     "actor.fsdp_config.mixed_precision.buffer_dtype": ("rlinf/engines/training/fsdp_setup.py", "mp.buffer_dtype"),
     "actor.fsdp_config.forward_prefetch": ("rlinf/engines/training/fsdp_setup.py", "fc.forward_prefetch"),
     "actor.fsdp_config.backward_prefetch": ("rlinf/engines/training/fsdp_setup.py", "fc.backward_prefetch"),
+    # issue 45: the fully_async keys (math and tool agent; embodied runs refuse them by scope)
+    "rollout.max_concurrent_rollouts": ("rlinf/runners/math/fully_async.py", "cfg.max_concurrent_rollouts"),
+    "rollout.pause_grace_period": ("rlinf/workers/rollout/generation_worker.py", "cfg.pause_grace_period"),
+    "rollout.partial_rollout": ("rlinf/workers/rollout/generation_worker.py", "self.cfg.partial_rollout"),
+    # one path, two meanings: a task-qualified entry ("<task>:<path>") wins over the plain one
+    "math:runner.rollout_mode": ("rlinf/runners/math/loop.py", 'cfg.rollout_mode == "fully_async"'),
+    "tool_agent:runner.rollout_mode": ("rlinf/runners/math/loop.py", 'cfg.rollout_mode == "fully_async"'),
+    "offpolicy:runner.rollout_mode": ("rlinf/runners/embodied_offpolicy/loop.py",
+                                      'cfg.runner.rollout_mode == "async"'),
 }
 
 
@@ -125,7 +134,7 @@ def _reads() -> set[str]:
         class Visitor(ast.NodeVisitor):
             def visit_FunctionDef(self, node):
                 if in_config and node.name in (  # noqa: B023 - called within the iteration
-                        "validate", "check_against_plan", "check_token_budgets"):
+                        "validate", "check_against_plan", "check_token_budgets", "check_rollout_mode"):
                     return
                 self.generic_visit(node)
 
@@ -266,8 +275,9 @@ def test_key_has_effect_or_is_refused(task, path, f, tp, scope):
         assert err.value.key == path, str(err.value)
         return
     assert f.name in READS, f"{path}: accepted, read nowhere and not refused"
-    if path in CONSUMERS:
-        file, snippet = CONSUMERS[path]
+    consumer = CONSUMERS.get(f"{task}:{path}", CONSUMERS.get(path))
+    if consumer is not None:
+        file, snippet = consumer
         assert snippet in (ROOT / file).read_text(encoding="utf-8"), f"{path}: {file} no longer reads it"
 
 

@@ -4,16 +4,19 @@ bad input."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from rlinf.config.translate.__main__ import main
 from rlinf.config.translate.allocation import AllocationError, lay_out, parse_allocation
 from rlinf.config.translate.areal import translate_areal
-from rlinf.config.translate.common import flatten, load_source
+from rlinf.config.translate.common import check_result, flatten, load_source, result_tree
+from rlinf.utils.typed_config import ConfigError
 from tests.config.translate_helpers import compose_user_config, make_tiny_qwen, materialise, write_jsonl
 
 
@@ -85,6 +88,9 @@ def test_gsm8k_grpo_example_maps(files, tmp_path, capsys):
     assert (runner["recover_mode"], runner["max_epochs"], runner["seed"]) == ("disabled", 10, 1)
     assert (runner["experiment_name"], runner["output_dir"]) == ("gsm8k-grpo_trial0", "/tmp/areal/experiments")
     assert cfg["data"]["train_data_paths"] == [files["TRAIN"]] and cfg["data"]["rollout_batch_size"] == 256
+    # async_training true on a disaggregated allocation; AReaL's 256 episodes of 4 samples each
+    assert runner["rollout_mode"] == "fully_async" and cfg["rollout"]["max_concurrent_rollouts"] == 1024
+    assert "queue_size" not in cfg["rollout"].get("channel", {})  # null: rlinf's default
     # loadable by the Hydra entry as a user config, and --check passes with the paths checked
     assert compose_user_config(tmp_path / "ours.yaml")["runner"]["experiment_name"] == "gsm8k-grpo_trial0"
     code, _, err = run(capsys, "--from", "areal", str(src), "--check", "--out", str(tmp_path / "ours.yaml"))
@@ -131,6 +137,11 @@ def test_explain_lists_every_key_once_with_reasons(files, tmp_path, capsys):
     assert rows["saver.freq_epochs"].startswith("no counterpart:")
     assert rows["recover.mode"] == "runner.recover_mode = disabled"
     assert rows["actor.eps_clip"] == "algorithm.ratio_clip_eps = 0.4"
+    assert rows["async_training"] == "runner.rollout_mode = fully_async"
+    assert rows["rollout.max_concurrent_rollouts"].startswith("rollout.max_concurrent_rollouts = 1024 (AReaL's 256 "
+                                                              "episodes x gconfig.n_samples 4")
+    assert rows["rollout.consumer_batch_size"].startswith("same as train_dataset.batch_size: data.rollout_batch_size")
+    assert rows["rollout.queue_size"].startswith("null: rollout.channel.queue_size keeps rlinf's 0")
 
 
 def test_check_refuses_a_translation_our_config_refuses(files, tmp_path, capsys):
@@ -141,6 +152,96 @@ def test_check_refuses_a_translation_our_config_refuses(files, tmp_path, capsys)
     assert code == 2 and out == ""
     assert err.splitlines() == ["error: algorithm.loss_type: async rollout (max_head_offpolicyness > 0) "
                                 "needs decoupled_ppo"]
+
+
+ASYNC_SOURCE = {"experiment_name": "x", "trial_name": "y", "allocation_mode": "sglang:d2+fsdp:d2",
+                "cluster": {"n_nodes": 1, "n_gpus_per_node": 4}, "gconfig": {"n_samples": 4},
+                "train_dataset": {"batch_size": 8, "path": "train.jsonl"},
+                "actor": {"path": "models/tiny", "use_decoupled_loss": True},
+                "rollout": {"max_head_offpolicyness": 2, "max_concurrent_rollouts": 6, "queue_size": 32,
+                            "consumer_batch_size": 4, "pause_grace_period": 0.5, "request_timeout": 3600,
+                            "request_retries": 3, "setup_timeout": 120.0, "schedule_policy": "round_robin",
+                            "check_trajectory_format": False}}
+
+#: a value that removes the key from ASYNC_SOURCE
+DROP = object()
+
+
+def areal_async(changes: dict):
+    """ASYNC_SOURCE with ``changes`` (dotted keys), translated: (translation, explain rows)."""
+    src = copy.deepcopy(ASYNC_SOURCE)
+    for path, value in changes.items():
+        node = src
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is DROP:
+            node.pop(last)
+        else:
+            node[last] = value
+    t = translate_areal(src)
+    return t, dict(t.rows())
+
+
+def test_async_training_and_the_rollout_queue_keys_map_to_fully_async():
+    t, rows = areal_async({"async_training": True})
+    assert t.out["runner"]["rollout_mode"] == "fully_async" and t.out["algorithm"]["max_head_offpolicyness"] == 2
+    assert t.out["rollout"]["max_concurrent_rollouts"] == 24  # 6 episodes x 4 samples
+    assert t.out["rollout"]["pause_grace_period"] == 0.5 and t.out["rollout"]["channel"] == {"queue_size": 32}
+    assert t.out["data"]["rollout_batch_size"] == 8  # train_dataset.batch_size; consumer_batch_size differs
+    assert rows["rollout.consumer_batch_size"].startswith("different meaning: AReaL's staleness capacity counts 4")
+    assert rows["rollout.queue_size"].startswith("rollout.channel.queue_size = 32 (items per queue: fully_async's")
+    assert rows["rollout.request_timeout"].startswith("no counterpart: rlinf's rollout engines run inside its rollout "
+                                                      "workers, so no generation is an HTTP request")
+    assert rows["rollout.request_retries"].startswith("different meaning: ") and \
+        "the nearest is runner.recover_retries" in rows["rollout.request_retries"]
+    for key in ("rollout.setup_timeout", "rollout.schedule_policy", "rollout.check_trajectory_format"):
+        assert rows[key].startswith("no counterpart: ") and "server setting" not in rows[key], rows[key]
+    cfg = check_tree(t)
+    assert (cfg.rollout_mode, cfg.max_concurrent_rollouts, cfg.max_groups_in_flight) == ("fully_async", 24, 6)
+    # without train_dataset.batch_size the consumer batch is the step's groups
+    t, rows = areal_async({"async_training": True, "train_dataset.batch_size": DROP})
+    assert t.out["data"]["rollout_batch_size"] == 4 and rows["rollout.consumer_batch_size"].startswith(
+        "data.rollout_batch_size = 4 (the groups one step trains on")
+
+
+def test_async_training_false_or_unplaceable_is_not_fully_async():
+    t, rows = areal_async({"async_training": False})
+    assert t.out["runner"]["rollout_mode"] == "sync" and "max_head_offpolicyness" not in t.out.get("algorithm", {})
+    assert rows["rollout.max_head_offpolicyness"].startswith("not read with async_training false")
+    for key in ("rollout.max_concurrent_rollouts", "rollout.pause_grace_period"):
+        assert rows[key].startswith("no counterpart: read only by runner.rollout_mode fully_async"), rows[key]
+    assert rows["rollout.queue_size"].startswith("different meaning: outside fully_async")
+    assert check_tree(t).rollout_mode == "sync"
+    # a colocated allocation cannot run fully_async: the mode stays derived (async, from k = 2)
+    t, rows = areal_async({"async_training": True, "allocation_mode": "sglang:d4|fsdp:d4"})
+    assert "rollout_mode" not in t.out.get("runner", {})
+    assert rows["async_training"].startswith("different meaning: rlinf's runner.rollout_mode fully_async needs actor "
+                                             "and rollout on separate accelerators; this allocation makes them "
+                                             "collocated")
+    # not set: AReaL's default is true; said in a note, rlinf's default kept
+    t, rows = areal_async({})
+    assert "rollout_mode" not in t.out.get("runner", {}) and any(n.startswith("async_training is not set") for n in
+                                                                 t.notes)
+
+
+def test_async_training_with_plain_ppo_is_translated_and_refused_by_check():
+    t, _ = areal_async({"async_training": True, "actor.use_decoupled_loss": False,
+                        "rollout.max_head_offpolicyness": 0})
+    assert t.out["runner"]["rollout_mode"] == "fully_async" and t.out["algorithm"]["loss_type"] == "ppo"
+    assert any("set actor.use_decoupled_loss: true" in n for n in t.notes)
+    with pytest.raises(ConfigError) as err:
+        check_tree(t)
+    assert err.value.key == "algorithm.loss_type" and "ppo cannot correct samples" in str(err.value)
+
+
+def check_tree(t):
+    """The translated tree parsed as --check parses it (paths not on disk: not checked)."""
+    from rlinf.config.math import MathConfig
+
+    assert check_result(result_tree(t)) is False
+    return MathConfig.from_dict(OmegaConf.to_container(OmegaConf.create(result_tree(t)), resolve=True),
+                                check_paths=False)
 
 
 def test_per_engine_backend_strings(files):

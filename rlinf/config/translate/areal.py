@@ -31,6 +31,8 @@ from rlinf.config.translate.allocation import (
     parse_component,
 )
 from rlinf.config.translate.common import DIFF, NO, SourceError, Translation, cluster_section
+from rlinf.scheduler.config import ClusterConfig
+from rlinf.utils.typed_config import ConfigError
 
 #: AReaL dtype names -> ours
 DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
@@ -115,16 +117,21 @@ NULLABLE = {"algorithm.clip_ratio_high", "algorithm.clip_ratio_c", "algorithm.re
 #: source keys (or sections) that are not translated, with the reason
 REFUSED: dict[str, str] = {
     "total_train_n_seqs": NO + "runs stop after runner.max_steps or runner.max_epochs",
-    "async_training": NO + "rollout runs ahead of training when algorithm.max_head_offpolicyness > 0 "
-                           "(from rollout.max_head_offpolicyness)",
     "cluster.name_resolve": NO + "Ray finds the workers; there is no name-resolve service",
     "cluster.cluster_name": NO + "rlinf has no per-cluster environment presets",
     "launcher": NO + "Ray starts every process; CPUs, memory and environment per process are not set here",
     "scheduler": NO + "rlinf's driver is the single controller; there is no scheduler service",
     "perf_tracer": NO + "the math config has no tracer",
     "stats_logger": NO + "rlinf's logger has backends (tensorboard, wandb, swanlab) and a project name only",
-    "rollout": NO + "rlinf's rollout workers take a fixed batch per step; AReaL's server / queue knobs "
-                    "have no equivalent",
+    "rollout.enable_rollout_tracing": NO + "rlinf traces no single request; rollout.print_outputs prints each "
+                                           "generation batch's first prompt and response",
+    "rollout.check_trajectory_format": NO + "there is no user workflow to check: rlinf's rollout workers build "
+                                            "the samples themselves",
+    "rollout.schedule_policy": NO + "there is no request scheduler: each rollout rank generates its share of "
+                                    "the prompts (fully_async: the groups it is given as its slots free up)",
+    "rollout.setup_timeout": NO + "there is no server to launch or connect to: the engines start inside the "
+                                  "rollout workers",
+    "rollout": NO + "an inference-server setting; rlinf's engines run inside its rollout workers",
     "gconfig.max_tokens": DIFF + "a per-request cap on prompt + response; rlinf's runner.seq_length is set "
                                  "to data.max_prompt_length + max_new_tokens instead",
     "train_dataset.type": NO + "the math recipe reads RL prompt datasets only",
@@ -201,6 +208,7 @@ def translate_areal(raw: dict[str, Any]) -> Translation:
     algorithm(t)
     actor(t)
     engines(t)
+    asynchrony(t)
     t.apply(SIMPLE, REFUSED, NULLABLE)
     return t
 
@@ -499,3 +507,113 @@ def engines(t: Translation) -> None:
             if t.has(f"{engine}.{key}") and value is not None:
                 t.set(f"{engine}.{key}", f"rollout.{ours}", num(value))
         t.skip(engine, NO + f"rlinf sets only the {engine} knobs of the rollout section")
+
+
+def actor_rollout_mode(t: Translation) -> str:
+    """What the translated placement makes of actor and rollout: disaggregated, collocated or
+    hybrid (``unknown`` when there is no actor, as in an evaluation-only allocation)."""
+    try:
+        return ClusterConfig.from_dict(t.value("cluster")).plan().mode("actor", "rollout").value
+    except (ConfigError, KeyError, ValueError):
+        return "unknown"
+
+
+def asynchrony(t: Translation) -> None:
+    """``async_training`` -> ``runner.rollout_mode``; the ``rollout`` section's concurrency, queue,
+    grace-period and request keys -> their nearest rlinf keys (or why there is none).
+
+    AReaL counts a *rollout* as one workflow episode: one prompt, sampled ``gconfig.n_samples``
+    times; rlinf's ``rollout.max_concurrent_rollouts`` counts sequences, and a group (one prompt's
+    ``algorithm.group_size`` sequences) is its unit of admission and training.
+    """
+    if t.has("async_training"):
+        if not t.get("async_training"):
+            t.set("async_training", "runner.rollout_mode", "sync",
+                  "AReaL then generates each batch and waits for it (rollout_batch)")
+            if t.has("rollout.max_head_offpolicyness"):
+                t.covered("rollout.max_head_offpolicyness", "not read with async_training false (every batch is "
+                                                            "waited for); algorithm.max_head_offpolicyness stays 0")
+        elif (placed := actor_rollout_mode(t)) != "disaggregated":
+            t.skip("async_training", DIFF + "rlinf's runner.rollout_mode fully_async needs actor and rollout on "
+                                            f"separate accelerators; this allocation makes them {placed}, so "
+                                            "runner.rollout_mode stays null (derived from max_head_offpolicyness)")
+        else:
+            t.set("async_training", "runner.rollout_mode", "fully_async")
+            if not t.get("actor.use_decoupled_loss"):
+                t.notes.append("async_training true with actor.use_decoupled_loss false: rlinf's fully_async needs "
+                               "algorithm.loss_type decoupled_ppo (--check refuses the translation); set "
+                               "actor.use_decoupled_loss: true")
+    else:
+        t.notes.append("async_training is not set: AReaL's default (true) trains fully asynchronously; "
+                       "runner.rollout_mode stays null (sync, or the async lookahead when "
+                       "algorithm.max_head_offpolicyness > 0): write async_training: true for fully_async")
+    fully = t.value("runner.rollout_mode") == "fully_async"
+    only = NO + "read only by runner.rollout_mode fully_async (async_training true on a disaggregated allocation); "
+    group = t.get("gconfig.n_samples") or 1
+    if t.has("rollout.max_concurrent_rollouts"):
+        value = t.get("rollout.max_concurrent_rollouts")
+        if value is None:
+            t.covered("rollout.max_concurrent_rollouts", "null: rollout.max_concurrent_rollouts keeps rlinf's "
+                                                         "default (one step's worth of sequences)")
+        elif fully:
+            t.set("rollout.max_concurrent_rollouts", "rollout.max_concurrent_rollouts", int(value) * group,
+                  f"AReaL's {value} episodes x gconfig.n_samples {group}: rlinf counts sequences")
+        else:
+            t.skip("rollout.max_concurrent_rollouts", only + "a sync / async batch starts all its sequences at "
+                                                             "once (an engine decodes rollout.max_running_requests "
+                                                             "together)")
+    if t.has("rollout.pause_grace_period"):
+        value = num(t.get("rollout.pause_grace_period"))
+        if fully and value is not None:
+            t.set("rollout.pause_grace_period", "rollout.pause_grace_period", value,
+                  "seconds generation goes on after new weights arrive before it pauses to load them")
+        elif not value:
+            t.covered("rollout.pause_grace_period", "0: rlinf's default")
+        else:
+            t.skip("rollout.pause_grace_period", only + "other modes load weights between batches")
+    consumer(t)
+    queue(t, fully)
+    why = ("rlinf's rollout engines run inside its rollout workers, so no generation is an HTTP request that "
+           "could time out or be retried; ")
+    if t.has("rollout.request_timeout"):
+        t.skip("rollout.request_timeout", NO + why + "a rollout worker that dies is named and, under "
+                                               "runner.recover_mode fault, the run restarts from its last checkpoint")
+    if t.has("rollout.request_retries"):
+        t.skip("rollout.request_retries", DIFF + why + "the nearest is runner.recover_retries: restarts of the whole "
+                                                 "run from its last checkpoint after a worker dies (recover_mode "
+                                                 "fault / auto), in-flight episodes started again from their prompts")
+
+
+def consumer(t: Translation) -> None:
+    """``rollout.consumer_batch_size``: the groups a training step takes (``data.rollout_batch_size``)."""
+    if not t.has("rollout.consumer_batch_size"):
+        return
+    value, batch = t.get("rollout.consumer_batch_size"), t.get("train_dataset.batch_size")
+    if batch is None:
+        t.set("rollout.consumer_batch_size", "data.rollout_batch_size", value,
+              "the groups one step trains on, also the unit of fully_async's staleness admission")
+    elif value == batch:
+        t.covered("rollout.consumer_batch_size", "same as train_dataset.batch_size: data.rollout_batch_size groups "
+                                                 "per step, also the unit of fully_async's staleness admission")
+    else:
+        t.skip("rollout.consumer_batch_size", DIFF + f"AReaL's staleness capacity counts {value} episodes per "
+                                                     f"version while its trainer takes {batch}; rlinf's admission and "
+                                                     "its steps both count data.rollout_batch_size groups (from "
+                                                     "train_dataset.batch_size)")
+
+
+def queue(t: Translation, fully: bool) -> None:
+    """``rollout.queue_size``: fully_async's two queues (admitted prompts, finished groups)."""
+    if not t.has("rollout.queue_size"):
+        return
+    value = t.get("rollout.queue_size")
+    if value is None:
+        t.covered("rollout.queue_size", "null: rollout.channel.queue_size keeps rlinf's 0 (unbounded; AReaL bounds "
+                                        "it at 16 x max_concurrent_rollouts); fully_async's admission keeps finished, "
+                                        "untrained groups under (max_head_offpolicyness + 1) x data.rollout_batch_size")
+    elif fully:
+        t.set("rollout.queue_size", "rollout.channel.queue_size", value,
+              "items per queue: fully_async's admitted and finished groups, as AReaL's input / output episodes")
+    else:
+        t.skip("rollout.queue_size", DIFF + "outside fully_async rlinf's rollout.channel.queue_size counts rollout "
+                                            "chunks waiting for the driver, not episodes")
