@@ -37,3 +37,23 @@ def stream_of(tensors: dict, bucket_bytes: int) -> TensorStream:
     link = SimpleNamespace(name="test", bucket_bytes=bucket_bytes, device=torch.device("cpu"), process_group=group,
                            buffers=None)
     return TensorStream(link, Header(specs, bucket_bytes), None)
+
+
+def slow_stream_of(tensors: dict, bucket_bytes: int, delay_s: float, started) -> TensorStream:
+    """:func:`stream_of` whose buckets each take ``delay_s`` to arrive; ``started`` (a
+    ``threading.Event``) is set once the first bucket has been consumed (the third broadcast
+    reuses its buffer), i.e. while the rest of the weights are still on their way."""
+    import time
+
+    stream = stream_of(tensors, bucket_bytes)
+    group = stream.link.process_group
+    plain = group.broadcast
+
+    def broadcast(flat, root):
+        time.sleep(delay_s)
+        if group.broadcasts >= 2:
+            started.set()
+        return plain(flat, root)
+
+    group.broadcast = broadcast
+    return stream

@@ -7,7 +7,10 @@ compare them with :class:`HFRolloutEngine` / an HF forward in the pytest process
 Key checks: greedy parity with HF; after ``load_weights`` with perturbed weights vLLM greedy equals
 HF greedy on the perturbed model; vLLM log-probs equal log_softmax(raw_logits / T) from an HF
 forward (measured max |diff| ~2e-5 in float32 on CPU; asserted < 5e-4), with temperature 0.7,
-top-k, top-p, repetition penalty and min_tokens active.
+top-k, top-p, repetition penalty and min_tokens active. Interruptible generation: a ``should_stop``
+that never fires changes nothing; one that fires after 3 steps returns the rows so far, which
+continue after ``load_weights`` with log-probs of the new weights; a generate call made while a
+slow weight stream loads in another thread sees only the new weights.
 """
 
 from __future__ import annotations
@@ -55,6 +58,15 @@ def _tiny_model(seed: int, vocab: int = VOCAB):
     return Qwen2ForCausalLM(cfg).eval()
 
 
+def _stop_after(polls: int):
+    """A ``should_stop`` that says True at its ``polls``-th call; ``.calls`` counts the calls."""
+    def poll() -> bool:
+        poll.calls += 1
+        return poll.calls >= polls
+    poll.calls = 0
+    return poll
+
+
 def _dump(gens):
     return [{"i": g.prompt_index, "t": g.token_ids, "lp": g.logprobs, "f": g.finish_reason} for g in gens]
 
@@ -86,10 +98,18 @@ def _vllm_worker(spec_path: str, out_path: str) -> None:
     res["sampled_again"] = _dump(eng.generate(prompts, SAMPLED, n=N, seed=11))
     res["sampled_other_seed"] = _dump(eng.generate(prompts, SAMPLED, n=N, seed=12))
     res["sampled_t1"] = _dump(eng.generate(prompts, SAMPLED_T1, n=N, seed=5))
+    res["sampled_polled"] = _dump(eng.generate(prompts, SAMPLED, n=N, seed=11, should_stop=lambda: False))
+    poll = _stop_after(3)
+    t0 = time.time()
+    partial = eng.generate(prompts, SAMPLED, n=N, seed=11, should_stop=poll)
+    res["interrupted_s"], res["interrupted"], res["interrupt_polls"] = time.time() - t0, _dump(partial), poll.calls
     new = load_file(spec["perturbed_file"])
     t0 = time.time()
     eng.load_weights(new.items())
     res["reload_s"] = time.time() - t0
+    from rlinf.engines.rollout.continuation import continue_generations
+
+    res["continued"] = _dump(continue_generations(eng, prompts, partial, SAMPLED, seed=21))
     res["greedy_after"] = _dump(eng.generate(prompts, GREEDY, n=1))
     res["sampled_after"] = _dump(eng.generate(prompts, SAMPLED, n=2, seed=3))
     try:
@@ -109,6 +129,25 @@ def _vllm_worker(spec_path: str, out_path: str) -> None:
     with stream_of(original, 256) as stream:
         eng.load_weight_stream(stream)
     res["greedy_after_stream"] = _dump(eng.generate(prompts, GREEDY, n=2))
+    # never half-loaded: the perturbed weights stream in (buckets of 10 ms) in another thread; a
+    # generate call made once the first bucket is in waits for the whole load
+    import threading
+
+    from stream_helpers import slow_stream_of
+
+    started, loaded = threading.Event(), threading.Event()
+    stream = slow_stream_of(dict(new), 64 * 1024, 0.01, started)
+
+    def load():
+        with eng.exclusive():
+            eng.load_weight_stream(stream)
+            loaded.set()
+    loader = threading.Thread(target=load)
+    loader.start()
+    started.wait(60)
+    res["greedy_during_load"] = _dump(eng.generate(prompts, GREEDY, n=1))
+    res["load_done_first"] = loaded.is_set()
+    loader.join()
     eng.offload()  # no-op on CPU
     eng.onload()
     eng.close()
@@ -132,6 +171,16 @@ def _vllm_worker(spec_path: str, out_path: str) -> None:
     res["stop"] = {"free": _dump([free])[0], "stop": stop, "stopped": _dump([stopped])[0]}
     eng.close()
     json.dump(res, open(out_path, "w"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread for the HF side: on 2 loaded cores two threads made the HF forwards of
+    these checks 10-60x slower (the vLLM subprocess sets its own)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +225,8 @@ def setup(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     res = json.loads((root / "out.json").read_text())
     print(f"vLLM timings: init {res['init_s']:.1f}s, first generate {res['first_generate_s']:.1f}s, "
-          f"sampled generate {res['generate_s']:.1f}s, reload {res['reload_s']:.3f}s")
+          f"sampled generate {res['generate_s']:.1f}s, interrupted generate {res['interrupted_s']:.1f}s, "
+          f"reload {res['reload_s']:.3f}s")
     return {"model": model, "perturbed": perturbed, "hf": hf, "prompts": prompts, "eos": eos,
             "k": k, "res": res, "tok_model": spec["tok_model"]}
 
@@ -269,6 +319,51 @@ def test_streamed_weights_in_pieces_restore_the_original_outputs(setup):
     before the buffer is reused; vLLM generates the original greedy outputs again."""
     res = setup["res"]
     assert [g["t"] for g in res["greedy_after_stream"]] == [g["t"] for g in res["greedy"]]
+
+
+def test_poll_that_never_fires_changes_nothing(setup):
+    res = setup["res"]
+    assert res["sampled_polled"] == res["sampled"]  # tokens, log-probs, finish reasons
+
+
+def test_interrupt_then_continue_under_new_weights(setup):
+    """should_stop fired at its 3rd poll (3 decode steps): each row kept the tokens it had (the
+    uninterrupted call's first tokens, same seeds); continued after load_weights, tokens sampled
+    before carry the original model's log-probs, the rest the perturbed model's (on the whole
+    context); every row ends at EOS or at max_new_tokens."""
+    res, prompts, eos = setup["res"], setup["prompts"], set(setup["eos"])
+    assert res["interrupt_polls"] == 3
+    assert [g["i"] for g in res["interrupted"]] == [g["i"] for g in res["sampled"]]
+    for part, free in zip(res["interrupted"], res["sampled"]):
+        assert part["t"] == free["t"][:len(part["t"])] and len(part["lp"]) == len(part["t"])
+        if part["f"] == "interrupted":
+            assert len(part["t"]) == 3 and not eos & set(part["t"])
+        else:
+            assert part["f"] == "stop" and len(part["t"]) <= 3 and part["t"][-1] in eos
+    assert sum(g["f"] == "interrupted" for g in res["interrupted"]) >= 6
+    worst = 0.0
+    for g, part in zip(res["continued"], res["interrupted"]):
+        k = len(part["t"])
+        assert g["t"][:k] == part["t"] and g["lp"][:k] == part["lp"]
+        assert (g["f"] == "stop") == (g["t"][-1] in eos)
+        assert g["f"] == "stop" or (g["f"] == "length" and len(g["t"]) == SAMPLED.max_new_tokens)
+        if part["f"] == "stop":
+            assert g == part
+            continue
+        prompt = prompts[g["i"]]
+        want = torch.cat([_ref_logprobs(setup["model"], prompt, g["t"][:k], 0.7),
+                          _ref_logprobs(setup["perturbed"], prompt + g["t"][:k], g["t"][k:], 0.7)])
+        worst = max(worst, (torch.tensor(g["lp"]) - want).abs().max().item())
+    assert worst < LOGPROB_ATOL
+
+
+def test_generate_waits_for_a_weight_load_in_progress(setup):
+    """The load (perturbed weights, slow stream, another thread) had begun when generate was
+    called: generate ran after all of it, on the perturbed weights only."""
+    res = setup["res"]
+    assert res["load_done_first"]
+    assert [g["t"] for g in res["greedy_during_load"]] == [g["t"] for g in res["greedy_after"]]
+    assert _max_lp_diff(setup["perturbed"], setup["prompts"], res["greedy_during_load"], 1.0) < LOGPROB_ATOL
 
 
 def test_load_weights_rejects_unknown_name_without_writing(setup):

@@ -18,6 +18,12 @@ Stop strings: with the run's tokenizer (:meth:`HFRolloutEngine.set_tokenizer`, w
 workers call) a row ends at the token that completes one of ``sampling.stop``, as on vLLM, and a
 batch stops decoding once every row has ended; without it the caller cuts afterwards.
 
+Interruption (``should_stop``): polled after each decode step in which some row is still
+decoding (lean loop; ``model.generate`` polls through a ``StoppingCriteria``, after every step
+but the last); once it returns True the chunk returns with what it has, rows not ended are
+``interrupted``, and later chunks of the call are not started (their rows come back empty,
+``interrupted``). Generation and weight loading hold one lock (:meth:`RolloutEngine.exclusive`).
+
 Decoding: ``decode="lean"`` (the default) runs the steps with
 :func:`~rlinf.engines.rollout.lean_decode.lean_generate` — the same model, processors and
 sampling rule without ``generate``'s per-step overhead — for the Llama family (qwen2, qwen3,
@@ -34,7 +40,7 @@ Example (a tiny random model; real use passes a checkpoint folder)::
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -81,6 +87,31 @@ class _RawLogprobRecorder:
         if not self.steps:
             return torch.zeros((sequences.shape[0], 0))
         return torch.stack(self.steps, dim=1)
+
+
+class _StickyPoll:
+    """``should_stop`` called until it first returns True, then True without calling it again."""
+
+    def __init__(self, should_stop: Callable[[], bool] | None):
+        self.should_stop, self.fired = should_stop, False
+
+    def __call__(self) -> bool:
+        if not self.fired and self.should_stop is not None and self.should_stop():
+            self.fired = True
+        return self.fired
+
+
+class _StopWhenAsked:
+    """``StoppingCriteria`` for ``model.generate``: every row stops once the poll fires (not
+    polled after the last step, where the call ends anyway)."""
+
+    def __init__(self, poll: _StickyPoll, prompt_len: int, max_new_tokens: int):
+        self.poll, self.prompt_len, self.max_new_tokens = poll, prompt_len, max_new_tokens
+
+    def __call__(self, input_ids: torch.Tensor, scores=None, **_) -> torch.Tensor:
+        last = input_ids.shape[1] - self.prompt_len >= self.max_new_tokens
+        stop = not last and self.poll()
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
 class HFRolloutEngine(RolloutEngine):
@@ -153,16 +184,23 @@ class HFRolloutEngine(RolloutEngine):
 
     # ---- generation -----------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
-                 seed: int | None = None) -> list[Generation]:
+                 seed: int | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> list[Generation]:
+        """See :meth:`RolloutEngine.generate` (``should_stop``: the module docstring)."""
         check_prompts(prompts, n)
         expanded = [(i, list(p)) for i, p in enumerate(prompts) for _ in range(n)]
         out: list[Generation] = []
+        poll = _StickyPoll(should_stop)
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, enabled=seed is not None):
+        with self.exclusive("generate"), torch.random.fork_rng(devices=devices, enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
             for start in range(0, len(expanded), self.max_batch_size):
-                out.extend(self._generate_chunk(expanded[start:start + self.max_batch_size], sampling))
+                chunk = expanded[start:start + self.max_batch_size]
+                if poll.fired:  # interrupted in an earlier chunk: these rows never started
+                    out.extend(Generation(i, [], [], "interrupted") for i, _ in chunk)
+                else:
+                    out.extend(self._generate_chunk(chunk, sampling, poll))
         return out
 
     def _processors(self, sampling: SamplingParams, prompt_len: int, recorder: _RawLogprobRecorder):
@@ -205,8 +243,8 @@ class HFRolloutEngine(RolloutEngine):
         return list(dict.fromkeys([*self.eos_token_ids, *sampling.stop_token_ids]))
 
     @torch.no_grad()
-    def _generate_chunk(self, items: list[tuple[int, list[int]]],
-                        sampling: SamplingParams) -> list[Generation]:
+    def _generate_chunk(self, items: list[tuple[int, list[int]]], sampling: SamplingParams,
+                        poll: _StickyPoll) -> list[Generation]:
         # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
         from transformers import GenerationConfig
 
@@ -235,15 +273,18 @@ class HFRolloutEngine(RolloutEngine):
                 self.model, input_ids.to(self.device), attention_mask.to(self.device),
                 max_new_tokens=int(sampling.max_new_tokens), processors=processors,
                 do_sample=bool(sampling.do_sample), eos_token_ids=self._eos(sampling),
-                pad_token_id=self.pad_token_id, stop_check=watcher)
+                pad_token_id=self.pad_token_id, stop_check=watcher,
+                should_stop=poll if poll.should_stop is not None else None)
         else:
             # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
             from transformers import StoppingCriteriaList
 
+            criteria = StoppingCriteriaList([watcher] if watcher else [])
+            if poll.should_stop is not None:
+                criteria.append(_StopWhenAsked(poll, prompt_len, int(sampling.max_new_tokens)))
             sequences = self.model.generate(
                 input_ids=input_ids.to(self.device), attention_mask=attention_mask.to(self.device),
-                generation_config=gen_cfg, logits_processor=processors,
-                stopping_criteria=StoppingCriteriaList([watcher] if watcher else []))
+                generation_config=gen_cfg, logits_processor=processors, stopping_criteria=criteria)
         logprobs = recorder.finish(sequences).cpu()
         responses = sequences[:, prompt_len:].cpu()
         eos = set(self._eos(sampling))
@@ -258,6 +299,8 @@ class HFRolloutEngine(RolloutEngine):
             cut = cut_at_stop(tokens, self.tokenizer, sampling.stop) if watcher is not None else None
             if cut is not None:  # a row the watcher finished: its stop string ends it
                 tokens, finish = tokens[:cut], "stop"
+            if finish == "length" and poll.fired and len(tokens) < sampling.max_new_tokens:
+                finish = "interrupted"  # still decoding when should_stop fired
             out.append(Generation(prompt_index=prompt_index, token_ids=tokens,
                                   logprobs=logprobs[row, : len(tokens)].tolist(), finish_reason=finish))
         return out
@@ -271,7 +314,10 @@ class HFRolloutEngine(RolloutEngine):
         mismatch ``ValueError``. Tied weights (``lm_head.weight`` sharing the embedding) are one
         storage: either name fills it. Values are cast to the model's dtype and device.
         """
-        items = check_named_tensors(named_tensors, self._shapes, self._groups)
+        with self.exclusive("load_weights"):
+            self._copy_in(check_named_tensors(named_tensors, self._shapes, self._groups))
+
+    def _copy_in(self, items: list[tuple[str, torch.Tensor]]) -> None:
         targets = self.model.state_dict(keep_vars=True)
         with torch.no_grad():
             for name, value in items:
@@ -283,7 +329,8 @@ class HFRolloutEngine(RolloutEngine):
         each piece copied into place as it arrives (no extra copy of any tensor, however large)."""
         check_specs(stream.specs, self._shapes, self._groups)
         targets = self.model.state_dict(keep_vars=True)
-        with torch.no_grad():  # HF parameters are contiguous: a piece is a slice of the flat view
+        with self.exclusive("load_weights"), torch.no_grad():
+            # HF parameters are contiguous: a piece is a slice of the flat view
             stream.copy_into(lambda p: targets[p.name].detach().view(-1)[p.start:p.start + p.numel])
 
     def named_weights(self) -> dict[str, torch.Tensor]:
@@ -294,13 +341,15 @@ class HFRolloutEngine(RolloutEngine):
     def offload(self) -> None:
         """Move the model to CPU and free the GPU cache (no-op on a CPU engine)."""
         if self.device.type == "cuda":
-            self.model.to("cpu")
-            torch.cuda.empty_cache()
+            with self.exclusive():
+                self.model.to("cpu")
+                torch.cuda.empty_cache()
 
     def onload(self) -> None:
         """Move the model back to its GPU (no-op on a CPU engine)."""
         if self.device.type == "cuda":
-            self.model.to(self.device)
+            with self.exclusive():
+                self.model.to(self.device)
 
     def close(self) -> None:
         self.model = None

@@ -117,10 +117,11 @@ def _forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: _Cache, s
 @torch.no_grad()
 def lean_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
                   processors: Sequence[Callable], do_sample: bool, eos_token_ids: Sequence[int],
-                  pad_token_id: int, stop_check: Callable | None = None) -> torch.Tensor:
+                  pad_token_id: int, stop_check: Callable | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> torch.Tensor:
     """``[b, P + n]`` prompt + generated tokens, as ``generate`` returns them (``n`` <=
-    ``max_new_tokens``: the loop stops early once every row has emitted an EOS id; finished rows
-    are padded with ``pad_token_id``).
+    ``max_new_tokens``: the loop stops early once every row has emitted an EOS id, or when
+    ``should_stop`` returns True; finished rows are padded with ``pad_token_id``).
 
     Args:
         model: an HF causal LM that :func:`lean_decode_problem` accepts, in eval mode.
@@ -131,6 +132,8 @@ def lean_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         pad_token_id: what finished rows emit.
         stop_check: ``f(tokens_so_far) -> [b] bool``, called after each step: True finishes a
             row as an EOS id does (the stop-string watcher).
+        should_stop: ``f() -> bool``, polled after each step that leaves a row decoding and is
+            not the last: True returns the tokens so far (rows not ended are cut short).
     """
     device = input_ids.device
     b, prompt_len = input_ids.shape
@@ -169,6 +172,8 @@ def lean_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         if stop_check is not None and bool(unfinished.any()):
             unfinished &= ~stop_check(tokens[:, :length])
         if not bool(unfinished.any()) or step == max_new_tokens - 1:
+            break
+        if should_stop is not None and should_stop():
             break
         logits = _forward(model, chosen[:, None], next_pos, cache, length - 1,
                           keep[:, None, None, :length])

@@ -19,7 +19,7 @@ min-new-tokens masking or top-k/top-p enter them was NOT verified here; rely on
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -72,7 +72,13 @@ class SGLangRolloutEngine(RolloutEngine):
         return cls(model_path, **args)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
-                 seed: int | None = None) -> list[Generation]:
+                 seed: int | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> list[Generation]:
+        """See :meth:`RolloutEngine.generate`; ``should_stop`` is refused (not implemented here)."""
+        if should_stop is not None:
+            raise NotImplementedError(
+                "rollout.backend=sglang cannot interrupt a generate call (should_stop, which "
+                "runner.rollout_mode=fully_async uses); use rollout.backend=vllm or huggingface")
         check_prompts(prompts, n)
         greedy = not sampling.do_sample
         top_k = effective_top_k(sampling.top_k, self.vocab_size)
@@ -94,7 +100,8 @@ class SGLangRolloutEngine(RolloutEngine):
                 input_ids.append([int(t) for t in p])
                 params.append(sp)
                 owners.append(i)
-        outputs = self.engine.generate(input_ids=input_ids, sampling_params=params, return_logprob=True)
+        with self.exclusive("generate"):
+            outputs = self.engine.generate(input_ids=input_ids, sampling_params=params, return_logprob=True)
         eos = set(self.eos_token_ids)
         result = []
         for owner, out in zip(owners, outputs):
@@ -108,8 +115,9 @@ class SGLangRolloutEngine(RolloutEngine):
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """``update_weights_from_tensor`` (HF names; SGLang checks them), then flush the KV cache."""
-        self.engine.update_weights_from_tensor(named_tensors=list(named_tensors))
-        self.engine.flush_cache()
+        with self.exclusive("load_weights"):
+            self.engine.update_weights_from_tensor(named_tensors=list(named_tensors))
+            self.engine.flush_cache()
 
     def offload(self) -> None:
         """``release_memory_occupation`` (needs ``enable_memory_saver``, i.e. rollout.enable_offload)."""

