@@ -82,6 +82,10 @@ def test_concurrency_resolves_from_the_batch_and_counts_whole_groups():
      "must be >= 1"),
     ({"runner.rollout_mode": "fully_async", "rollout.pause_grace_period": -0.5}, "rollout.pause_grace_period",
      "must be >= 0 seconds, got -0.5"),
+    ({"runner.rollout_mode": "fully_async", "algorithm.sampling_params.frequency_penalty": 0.5},
+     "algorithm.sampling_params.frequency_penalty", "0.5 counts the response tokens of one generate call"),
+    ({"runner.rollout_mode": "fully_async", "algorithm.dynamic_sampling": True}, "algorithm.dynamic_sampling",
+     "generates continuously and takes finished groups as they come"),
     ({"runner.rollout_mode": "fully_async", "algorithm.max_head_offpolicyness": -1},
      "algorithm.max_head_offpolicyness", "must be >= 0, got -1"),
     # outside fully_async nothing reads the fully_async keys

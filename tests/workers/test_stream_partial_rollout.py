@@ -19,7 +19,7 @@ from rlinf.scheduler.local.channel import LocalChannel
 from rlinf.workers.rollout.generation_worker import GenerationWorker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_generation_worker import tiny_model_with_tokenizer  # noqa: E402
+from test_generation_worker import tiny_model_with_tokenizer
 
 SAMPLING = SamplingParams(max_new_tokens=24, min_new_tokens=24, do_sample=True, temperature=1.0, top_k=-1,
                           top_p=1.0)
