@@ -42,6 +42,7 @@ from rlinf.runners.math.groups import MathGroups
 from rlinf.runners.math.pipeline import RolloutPipeline, Submitted
 from rlinf.runners.schedule import Schedule, ScheduledRunner
 from rlinf.utils.metric_logger import MetricLogger
+from rlinf.utils.timeline import Timeline
 from rlinf.utils.typed_config import ConfigError
 
 
@@ -83,11 +84,15 @@ class MathRunner(ScheduledRunner):
         self.fully_async = FullyAsyncSource(cfg, groups, train, pad_token_id) \
             if cfg.rollout_mode == "fully_async" else None
         self._stream_started = False
+        #: the trainer's phases (and, fully_async, the rollout ranks'): <run>/timeline.json at the end
+        self.timeline = Timeline()
 
     # ---- one training step ------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
         algo, t = self.cfg.algorithm, time.perf_counter()
+        w0 = time.time()
         batch, metrics = self._rollout_batch()                                               # 1-4
+        self.timeline.add("trainer", "rollout+score" if self.fully_async is None else "wait+score", w0, time.time())
         add_advantages(batch, algo)                                                          # 5
         samples = self._update_samples(batch)
         t_update = time.perf_counter()
@@ -105,11 +110,13 @@ class MathRunner(ScheduledRunner):
         if critic_call is not None:
             actor_metrics = {**actor_metrics, **critic_call.wait()[0], **_value_metrics(batch)}
         metrics["time/update"] = time.perf_counter() - t_update
+        self.timeline.add("trainer", "update", time.time() - metrics["time/update"], time.time())
         self.step += 1
-        t_sync = time.perf_counter()
+        t_sync, w_sync = time.perf_counter(), time.time()
         if train_actor:
             self._sync_weights()                                                             # 7
         metrics["time/sync"] = time.perf_counter() - t_sync
+        self.timeline.add("trainer", "sync", w_sync, time.time())
         metrics["time/step"] = time.perf_counter() - t
         lengths = batch.response_lengths.float()
         start, end = batch.versions()
@@ -187,11 +194,13 @@ class MathRunner(ScheduledRunner):
         if self.val is None:
             return {}
         greedy = replace(self.cfg.algorithm.sampling_params, do_sample=False, min_new_tokens=0)
+        w0 = time.time()
         batches = []
         for prompts in self.val.epoch_batches():
             job = self.pipeline.submit(prompts, greedy, 1, seed=0,
                                        chunk=self.cfg.algorithm.val_rollout_batch_size_per_gpu)
             batches.append(self.pipeline.collect(job, logprobs=False)[0])
+        self.timeline.add("trainer", "validate", w0, time.time())
         return self._validation_metrics(batches)
 
     def _validation_metrics(self, batches: list[RolloutBatch]) -> dict[str, float]:
@@ -214,7 +223,9 @@ class MathRunner(ScheduledRunner):
         finally:
             self._drain_ahead()
             if self.fully_async is not None:
-                self.fully_async.stop()
+                for rank, stats in enumerate(self.fully_async.stop().get("ranks", [])):
+                    self.timeline.extend(f"rollout[{rank}]", stats.get("intervals", []))
+            self.timeline.write(os.path.join(self.run_dir, "timeline.json"))
 
     def _drain_ahead(self) -> None:
         while self._ahead:

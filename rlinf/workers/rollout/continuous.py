@@ -151,7 +151,9 @@ class StreamLoop:
         self.groups: dict[str, StreamGroup] = {}
         self.stop_flag = threading.Event()
         self.stats = {"rounds": 0, "preempted_rounds": 0, "paused_rounds": 0, "groups": 0,
-                      "generate_s": 0.0, "idle_s": 0.0}
+                      "generate_s": 0.0, "idle_s": 0.0, "paused_s": 0.0}
+        #: (what, start, end) wall-clock intervals: generate rounds, idle waits, pauses for weights
+        self.intervals: list[tuple[str, float, float]] = []
         self._probe_at = 0.0
         self._probe_result = False
         self._round = 0
@@ -162,21 +164,31 @@ class StreamLoop:
         try:
             while not self.stop_flag.is_set():
                 if self.gate.pending() and (self.partial_rollout or not self.groups):
+                    t = time.time()
                     self.gate.park()
+                    self._interval("paused", t)
                     continue
                 if not self.gate.pending():
                     self._admit(block=not self._can_generate())
                 if self._can_generate():
+                    t = time.time()
                     self._one_round()
+                    self._interval("generate", t)
                     self._emit_finished()
                 else:
-                    t = time.perf_counter()
+                    t = time.time()
                     self._wait_for_work()
-                    self.stats["idle_s"] += time.perf_counter() - t
+                    self._interval("idle", t)
                     self._emit_finished()
         finally:
             self.gate.set_running(False)
-        return dict(self.stats)
+        return {**self.stats, "intervals": self.intervals}
+
+    def _interval(self, what: str, start: float) -> None:
+        end = time.time()
+        self.stats[f"{what}_s"] = self.stats.get(f"{what}_s", 0.0) + end - start
+        if len(self.intervals) < 20000:
+            self.intervals.append((what, start, end))
 
     def stop(self) -> None:
         self.stop_flag.set()
@@ -236,7 +248,6 @@ class StreamLoop:
         for r in rows:
             by_min.setdefault(max(0, base.min_new_tokens - len(r.tokens)), []).append(r)
         version = self.worker.policy_version
-        t = time.perf_counter()
         for min_new, part in by_min.items():
             room = [base.max_new_tokens - len(r.tokens) for r in part]
             sampling = replace(base, max_new_tokens=max(room), min_new_tokens=min_new)
@@ -247,7 +258,6 @@ class StreamLoop:
                 self._extend_row(part[g.prompt_index], g, room[g.prompt_index], version)
         self._round += 1
         self.stats["rounds"] += 1
-        self.stats["generate_s"] += time.perf_counter() - t
         if self._stopped_for == "admit":
             self.stats["preempted_rounds"] += 1
         elif self._stopped_for == "pause":
