@@ -95,3 +95,66 @@ def test_a_disaggregated_per_turn_step_streams_episodes_to_the_trainer(ray_clust
     # one sample per model turn of the 16 episodes, rounded up to 2 actor ranks x 1 minibatch
     turns = round(row["agent/turns"] * 16)
     assert row["update/samples"] == turns + turns % 2 and turns > 16
+
+
+FULLY_ASYNC = {"max_head_offpolicyness": 1, "loss_type": "decoupled_ppo", "behav_imp_weight_cap": 5.0}
+
+
+def test_fully_async_steps_stream_episodes_with_each_turns_policy_version(ray_cluster, tmp_path, tool_model):
+    """Two fully_async steps under Ray, the calculator answering after a fixed wait: whole groups
+    reach the trainer, staleness stays within the bound, and the trajectory viewer shows the
+    policy version of every turn."""
+    from rlinf.runners.tool_agent.recipe import run_tool_agent
+    from rlinf.runners.trajectory_store import load_iteration
+    from rlinf.runners.trajectory_viewer import write_report
+
+    cfg = _config(tmp_path, tool_model, {"actor": "0-1", "rollout,reward": 2}, 3, rollout_mode="fully_async")
+    cfg["algorithm"].update(FULLY_ASYNC)
+    cfg["tools"] = {"calculator": {"latency": {"distribution": "fixed", "median_s": 0.05}}}
+    cfg["agentloop"]["save_trajectories"] = True
+    summary = run_tool_agent(json.loads(json.dumps(cfg)), print_fn=lambda *_: None)
+    assert summary["steps"] == 2
+    rows = read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))
+    for step, m in enumerate(rows):
+        assert m["update/samples"] == 16 and m["reward/count"] == 16
+        assert m["rollout/staleness_max"] <= min(step, 1) and "agent/tool_call_rate" in m
+    folder = tmp_path / "out" / "t" / "train_trajectories"
+    for step in range(1, len(rows) + 1):
+        records = load_iteration(str(folder), step)
+        assert len(records) == 16
+        versions = [v for r in records for s in r["steps"] for v in s["policy_versions"]]
+        assert versions and set(versions) <= set(range(step)) and all(s["policy_versions"] for r in records
+                                                                      for s in r["steps"])
+    assert "policy v" in open(write_report(str(folder), 2)).read()
+
+
+def test_a_fully_async_resume_restarts_the_untrained_groups_from_their_prompts(tmp_path, tool_model):
+    """Local backend: a checkpoint taken while groups are in flight holds every admitted, untrained
+    group; the resumed run trains those again from their prompts, never one trained before."""
+    from rlinf.runners.tool_agent.recipe import run_tool_agent
+    from rlinf.runners.trajectory_store import load_iteration
+
+    cfg = _config(tmp_path, tool_model, {"actor": "0-1", "rollout,reward": 2}, 3, rollout_mode="fully_async",
+                  save_interval=1, export_hf=False, plot_curves=False)
+    cfg["cluster"]["backend"] = "local"
+    cfg["algorithm"].update(FULLY_ASYNC)
+    cfg["tools"] = {"calculator": {}}
+    cfg["agentloop"]["save_trajectories"] = True
+    assert run_tool_agent(json.loads(json.dumps(cfg)), print_fn=lambda *_: None)["steps"] == 2
+    run = tmp_path / "out" / "t"
+    state = json.loads((run / "checkpoints" / "global_step_1" / "trainer_state.json").read_text())["fully_async"]
+    ledger = state["ledger"]
+    assert len(state["offered"]) == ledger["started_total"] - 4 > 0 and len(ledger["consumed"]) == 4
+    offered_prompts = sorted(index for index, _seed, _order in state["offered"].values())
+    trained_1 = sorted({int(r["task"]["task_id"]) for r in load_iteration(str(run / "train_trajectories"), 1)})
+
+    import shutil
+
+    shutil.rmtree(run / "checkpoints" / "global_step_2")
+    again = json.loads(json.dumps(cfg))
+    again["runner"]["resume_dir"] = str(run / "checkpoints" / "global_step_1")
+    assert run_tool_agent(again, print_fn=lambda *_: None)["steps"] == 2
+    trained_2 = [int(r["task"]["task_id"]) for r in load_iteration(str(run / "train_trajectories"), 2)]
+    # the resumed step trains 4 whole groups, all from the checkpoint's untrained ones
+    assert len(trained_2) == 16 and set(trained_2) <= set(offered_prompts)
+    assert len(trained_1) == 4
