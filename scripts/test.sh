@@ -5,6 +5,8 @@
 # Two pytest-xdist workers, one file each at a time (module fixtures stay in one process); the
 # suite is CPU-bound on 2 cores, so this only fills the gaps of start-ups and waits (17.3 -> 15.3-16.4
 # min here). `-n 0` (or RLINF_TEST_WORKERS=0) runs everything in one process.
+# --no-loadscope-reorder: files go out in collection order, which tests/conftest.py makes longest
+# first (tests/durations.json, from scripts/test_durations.py), so the workers end together.
 # --max-worker-restart 0: a crashed worker ends the run with its summary; with --dist loadfile,
 # pytest-xdist's replacement worker left the session waiting forever after the last test (seen in
 # CI and here on 2026-11-28: both workers idle, the controller never finishing).
@@ -16,7 +18,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh"
 cd "$root"
 set +e
-"$root/.venv/bin/python" -m pytest -n "${RLINF_TEST_WORKERS:-2}" --dist loadfile --max-worker-restart 0 "$@"
+"$root/.venv/bin/python" -m pytest -n "${RLINF_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+    --max-worker-restart 0 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

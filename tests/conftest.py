@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import faulthandler
 import hashlib
+import json
 import os
 import tempfile
 
@@ -50,8 +51,37 @@ def pytest_addoption(parser):
                      help="skip tests marked ray or slow (the developers' quick tier)")
 
 
+#: seconds per test file from a recent full run (scripts/test_durations.py); a file not listed
+#: counts this much
+DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
+UNLISTED_FILE_S = 5.0
+
+
+def slowest_files_first(items: list) -> None:
+    """Order ``items`` file by file, the longest files first (within a file, as collected).
+
+    pytest-xdist's ``--dist loadfile`` hands whole files to the two workers in collection order
+    (scripts/test.sh passes ``--no-loadscope-reorder``, else it would order them by their number
+    of tests): longest first lets the short files fill in at the end, so both workers finish
+    together instead of one running a long file alone.
+    """
+    try:
+        with open(DURATIONS, encoding="utf-8") as f:
+            seconds = json.load(f)
+    except (OSError, ValueError):
+        return
+    rank = {}
+    for item in items:
+        path = os.path.relpath(str(item.path), os.path.dirname(os.path.dirname(__file__)))
+        rank.setdefault(path, -seconds.get(path, UNLISTED_FILE_S))
+    items.sort(key=lambda item: rank[os.path.relpath(str(item.path),
+                                                     os.path.dirname(os.path.dirname(__file__)))])
+
+
 def pytest_collection_modifyitems(config, items):
-    """With ``--quick``, deselect what the quick tier leaves out (reported as deselected)."""
+    """The longest files first (:func:`slowest_files_first`); with ``--quick``, deselect what the
+    quick tier leaves out (reported as deselected)."""
+    slowest_files_first(items)
     if not config.getoption("quick"):
         return
     keep, drop = [], []

@@ -57,3 +57,20 @@ def test_time_limits_fail_the_test_or_report_the_stacks(tmp_path):
     assert 'test_b_hard.py", line 6 in test_stuck_in_c' in out
     assert "crashed while running 'test_c_killed.py::test_killed_by_a_signal'" in out
     assert "not ended by the time limit: the process died" in out
+
+
+def test_files_run_longest_first_keeping_each_files_own_order(tmp_path, monkeypatch):
+    """tests/conftest.py orders whole files by tests/durations.json (unlisted: UNLISTED_FILE_S)."""
+    import json as _json
+    from types import SimpleNamespace
+
+    import conftest
+
+    root = pathlib.Path(conftest.__file__).resolve().parents[1]
+    durations = tmp_path / "durations.json"
+    durations.write_text(_json.dumps({"tests/a.py": 1.0, "tests/b.py": 300.0}))
+    monkeypatch.setattr(conftest, "DURATIONS", str(durations))
+    items = [SimpleNamespace(path=root / "tests" / name, name=f"{name}:{i}")
+             for name, i in (("a.py", 0), ("new.py", 0), ("b.py", 0), ("a.py", 1), ("b.py", 1))]
+    conftest.slowest_files_first(items)
+    assert [i.name for i in items] == ["b.py:0", "b.py:1", "new.py:0", "a.py:0", "a.py:1"]
