@@ -65,7 +65,8 @@ def checkpoints(tmp_path_factory):
         key = (kind, h, asset, dims)
         if key not in out:
             out[key] = write_tiny_pi0(root / f"{kind}_{h}_{asset.replace('/', '_')}", pi05=kind == "pi05",
-                                      layout="rlinf", action_horizon=h, asset_id=asset, stats_dims=dims)
+                                      layout="rlinf", action_horizon=h, asset_id=asset, stats_dims=dims,
+                                      value_after_vlm=kind == "pi05")  # RLinf's π0.5 critic reads the VLM
         out[name] = out[key]
     out["maniskill_tiny"] = write_tiny_pi0(root / "pi0_maniskill", layout="rlinf", action_horizon=8,
                                            stats_dims=(7, PICKCUBE_STATE))

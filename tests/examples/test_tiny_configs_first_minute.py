@@ -47,13 +47,15 @@ _TINY_TOOL = ("actor.model.model_path", "results/tiny_tool/warm",
 _PI0_LIBERO = ("actor.model.model_path", "results/tiny_pi0/pi0_libero", _VLA + "tiny_pi0/pi0_libero --model-type pi0 "
                "--layout rlinf --action-horizon 50 --asset-id physical-intelligence/libero", True)
 _PI05_LIBERO = ("actor.model.model_path", "results/tiny_pi0/pi05_libero", _VLA + "tiny_pi0/pi05_libero --model-type "
-                "pi05 --layout rlinf --action-horizon 10 --asset-id physical-intelligence/libero", True)
+                "pi05 --layout rlinf --action-horizon 10 --asset-id physical-intelligence/libero "
+                "--value-after-vlm", True)
 #: config -> (key, path, the command the line names, made on the spot?); None: it reads nothing to prepare
 ASSETS = {
     "grpo_tiny_async": _TINY_MATH, "grpo_tiny_cpu": _TINY_MATH, "grpo_tiny_dapo": _TINY_MATH,
     "grpo_tiny_disaggregated": _TINY_MATH, "grpo_tiny_megatron_cpu": _TINY_MATH, "grpo_tiny_vllm": _TINY_MATH,
     "ppo_tiny_cpu": _TINY_MATH,
-    "calc_tiny_cpu": _TINY_TOOL, "calc_tiny_disaggregated": _TINY_TOOL,
+    "calc_tiny_cpu": _TINY_TOOL, "calc_tiny_disaggregated": _TINY_TOOL, "grpo_tiny_fully_async": _TINY_MATH,
+    "calc_tiny_fully_async": _TINY_TOOL,
     "web_agent_tiny_cpu": ("policy_config.base_model", "results/tiny_web/warm",
                            "python -m toolkits.web_tasks.prepare --out results/tiny_web", False),
     "libero_grpo_openvlaoft_tiny_cpu": ("actor.model.model_path", "results/tiny_vla/base",
@@ -79,7 +81,7 @@ FOLDED = {
        for name in ("grpo_tiny_cpu", "grpo_tiny_megatron_cpu", "grpo_tiny_vllm", "ppo_tiny_cpu", "calc_tiny_cpu")},
     **{name: "actor 2 processes -> 1"
        for name in ("grpo_tiny_async", "grpo_tiny_dapo", "grpo_tiny_disaggregated", "calc_tiny_disaggregated",
-                    "toy_ppo_mlp")},
+                    "toy_ppo_mlp", "grpo_tiny_fully_async", "calc_tiny_fully_async")},
     **{name: "env 2 processes -> 1"
        for name in ("maniskill_ppo_mlp_cpu", "maniskill_ppo_flow_cpu", "maniskill_ppo_flow_noise_cpu",
                     "maniskill_sac_mlp_cpu", "maniskill_crossq_mlp_cpu", "maniskill_rlpd_mlp_cpu",

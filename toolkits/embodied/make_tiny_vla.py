@@ -30,7 +30,7 @@ def _write_pi0(args: argparse.Namespace) -> Path:
     out = write_tiny_pi0(args.out, pi05=args.model_type == "pi05", layout=args.layout, seed=args.seed,
                          action_horizon=args.action_horizon, adarms_scale=0.0 if args.zero_adarms else 0.3,
                          image_size=args.image_size, patch=args.patch_size, asset_id=asset_id,
-                         stats_dims=(args.action_dim, args.state_dim))
+                         stats_dims=(args.action_dim, args.state_dim), value_after_vlm=args.value_after_vlm)
     where = "in the normaliser processors" if args.layout == "lerobot" else f"under asset id {asset_id!r}"
     print(f"wrote {out}: {args.model_type}, {args.layout} layout, {args.image_size}px, H={args.action_horizon}, "
           f"statistics for {args.action_dim}-dim actions and {args.state_dim}-dim states {where}")
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--layout", choices=["openpi", "rlinf", "lerobot"], default="openpi", help="pi0 / pi05 layout")
     p.add_argument("--action-horizon", type=int, default=4, help="pi0 / pi05: H, actions per chunk")
     p.add_argument("--zero-adarms", action="store_true", help="pi05: openpi's zero-initialised adaRMS layers")
+    p.add_argument("--value-after-vlm", action="store_true",
+                   help="pi0 / pi05, rlinf layout: the value head reads the VLM's width (actor.model.value_after_vlm)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.model_type != "openvla":

@@ -43,7 +43,7 @@ EMBODIED_ASSETS = (
     Asset("actor.model.model_path", "results/tiny_pi0/pi0_libero", _MAKE_VLA + " --model-type pi0 --layout rlinf "
           f"--action-horizon 50 --asset-id {_LIBERO_ID}", "about 15 s", make=True),
     Asset("actor.model.model_path", "results/tiny_pi0/pi05_libero", _MAKE_VLA + " --model-type pi05 --layout rlinf "
-          f"--action-horizon 10 --asset-id {_LIBERO_ID}", "about 15 s", make=True),
+          f"--action-horizon 10 --asset-id {_LIBERO_ID} --value-after-vlm", "about 15 s", make=True),
     Asset("actor.model.model_path", "results/tiny_pi0/pi0_maniskill", _MAKE_VLA + " --model-type pi0 --layout rlinf "
           "--action-horizon 8 --state-dim 29", "about 15 s", make=True),
 )

@@ -127,12 +127,14 @@ def tiny_stats(action_dim: int = 7, state_dim: int = 8, seed: int = 1) -> dict[s
     return out
 
 
-def _extra_heads(spec: Pi0Spec, gen: torch.Generator) -> dict[str, torch.Tensor]:
+def _extra_heads(spec: Pi0Spec, gen: torch.Generator, value_after_vlm: bool = False) -> dict[str, torch.Tensor]:
     """RLinf's heads under its module names: ``ValueHead`` (``value_head.mlp`` = Linear, ReLU,
-    Linear) on the expert width and ``ExploreNoiseNet`` (``noise_head.mlp_logvar.moduleList.{i}
-    .linear_1``, then its ``logvar_min`` / ``logvar_max`` buffers for stds 0.08 / 0.16)."""
+    Linear) on the expert width (the VLM's with ``value_after_vlm``, as RLinf's π0.5 critic reads
+    the prefix output) and ``ExploreNoiseNet`` (``noise_head.mlp_logvar.moduleList.{i}.linear_1``,
+    then its ``logvar_min`` / ``logvar_max`` buffers for stds 0.08 / 0.16)."""
     w = spec.expert.width
-    shapes = {"value_head.mlp.0.weight": (8, w), "value_head.mlp.0.bias": (8,), "value_head.mlp.2.weight": (1, 8),
+    v = spec.vlm.width if value_after_vlm else w
+    shapes = {"value_head.mlp.0.weight": (8, v), "value_head.mlp.0.bias": (8,), "value_head.mlp.2.weight": (1, 8),
               "value_head.mlp.2.bias": (1,), "noise_head.mlp_logvar.moduleList.0.linear_1.weight": (8, w),
               "noise_head.mlp_logvar.moduleList.0.linear_1.bias": (8,),
               "noise_head.mlp_logvar.moduleList.1.linear_1.weight": (spec.action_dim, 8),
@@ -184,7 +186,7 @@ def _lerobot_files(out: Path, spec: Pi0Spec, stats: dict, max_len: int) -> None:
 def write_tiny_pi0(out_dir: str | Path, pi05: bool = False, layout: str = "openpi", seed: int = 0,
                    action_horizon: int = 4, asset_id: str = TINY_ASSET_ID, adarms_scale: float = 0.3,
                    extra_heads: bool = True, dtype: torch.dtype = torch.bfloat16, stats_dims: tuple[int, int] = (7, 8),
-                   **sizes) -> Path:
+                   value_after_vlm: bool = False, **sizes) -> Path:
     """Writes a tiny real-layout folder (see the module docstring); returns its path.
 
     Args:
@@ -198,6 +200,7 @@ def write_tiny_pi0(out_dir: str | Path, pi05: bool = False, layout: str = "openp
         extra_heads: RLinf layout: add ``value_head.*`` / ``noise_head.*`` tensors.
         dtype: weights on disk (bf16 as the releases).
         stats_dims: ``(action, state)`` widths of the statistics (LIBERO's 7 and 8 by default).
+        value_after_vlm: the value head reads the VLM's width (``actor.model.value_after_vlm``).
         **sizes: overrides of :func:`tiny_spec`'s sizes.
     """
     if layout not in LAYOUTS:
@@ -219,7 +222,7 @@ def write_tiny_pi0(out_dir: str | Path, pi05: bool = False, layout: str = "openp
         _lerobot_files(out, spec, stats, max_len)
         return out
     if layout == "rlinf" and extra_heads:
-        state.update(_extra_heads(spec, torch.Generator().manual_seed(seed + 2)))
+        state.update(_extra_heads(spec, torch.Generator().manual_seed(seed + 2), value_after_vlm))
     write_safetensors(state, out / "model.safetensors")
     config = {"action_dim": spec.action_dim, "action_horizon": action_horizon, "paligemma_variant": "tiny",
               "action_expert_variant": "tiny", "precision": "bfloat16" if dtype == torch.bfloat16 else "float32"}
