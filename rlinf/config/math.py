@@ -170,8 +170,9 @@ class MathConfig(RootConfig):
         check(self.algorithm.loss_type == "decoupled_ppo", "algorithm.loss_type",
               "ppo cannot correct samples from older policy versions, which runner.rollout_mode fully_async "
               "trains on; use decoupled_ppo")
-        check(self.algorithm.sampling_params.frequency_penalty == 0, "algorithm.sampling_params.frequency_penalty",
-              f"{self.algorithm.sampling_params.frequency_penalty} counts the response tokens of one generate call, and "
+        penalty = self.algorithm.sampling_params.frequency_penalty
+        check(penalty == 0, "algorithm.sampling_params.frequency_penalty",
+              f"{penalty} counts the response tokens of one generate call, and "
               "runner.rollout_mode fully_async continues interrupted sequences in new calls (the penalty would forget "
               "their earlier tokens); set it to 0")
         check(not self.algorithm.dynamic_sampling, "algorithm.dynamic_sampling",
