@@ -65,16 +65,20 @@ def test_ppo_with_gae_two_stages_hybrid_placement(gae_two_stage_run):
     assert os.path.isdir(tmp_path / "out" / "t" / "policy")
 
 
-def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(ray_cluster, tmp_path, gae_two_stage_run):
+def test_one_step_ahead_overlaps_the_next_rollout_with_the_update(tmp_path, gae_two_stage_run):
     """max_head_offpolicyness 1: each update after the first learns from the previous policy
     version's rollout; evaluations and checkpoints collect the rollout in flight first. With
     decoupled_ppo the first update's proximal policy is the one that acted (weights pi_prox /
     pi_behav all 1), the later ones' is one version newer (weights away from 1). actor.lr_sched
-    decays the rate linearly over the run's optimizer steps."""
+    decays the rate linearly over the run's optimizer steps.
+
+    On the local backend (calls to different groups overlap on their own threads, as Ray actors
+    do; the runner's loop is the same): a Ray launch of the groups costs ~20 s here, and the
+    runner under Ray is the shared synchronous run's subject."""
     from rlinf.runners.embodied.recipe import run_embodied
 
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, max_steps=4,
-                     val_check_interval=2, save_interval=2, video=True)
+                     val_check_interval=2, save_interval=2, video=True, backend="local")
     cfg["algorithm"]["max_head_offpolicyness"] = 1
     cfg["algorithm"]["loss_type"] = "decoupled_ppo"
     # a linear decay to 0 over the run's planned optimizer steps: 4 steps x 2 epochs x (64 / 16)
@@ -196,16 +200,22 @@ def test_a_killed_idle_rollout_worker_is_named_when_the_weight_sync_fails(ray_cl
         groups.shutdown()
 
 
-@pytest.mark.parametrize("offload", [True, False])
+# offload under Ray; its control (no offload: nothing released) on the local backend, where the
+# env group shares the actor's slot as well (the runner and the env worker are the same code)
+@pytest.mark.parametrize("offload,backend", [(True, "ray"), (False, "local")])
 def test_env_offload_releases_simulators_between_rollouts_when_sharing_the_actor_device(
-        ray_cluster, tmp_path, offload):
+        request, tmp_path, offload, backend):
     from rlinf.config.embodied import EmbodiedConfig
     from rlinf.runners.embodied.loop import EmbodiedRunner, launch_embodied_groups
+    from rlinf.scheduler.local.cluster import LocalCluster
 
-    raw = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2)  # env shares slot 0
+    raw = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2,  # env shares slot 0
+                     backend=backend)
     raw["env"]["enable_offload"] = offload
     cfg = EmbodiedConfig.from_dict(raw)
-    groups = launch_embodied_groups(cfg, ray_cluster, cfg.cluster.plan(ray_cluster.shape))
+    cluster = (request.getfixturevalue("ray_cluster") if backend == "ray"
+               else LocalCluster.from_config(cfg.cluster))
+    groups = launch_embodied_groups(cfg, cluster, cfg.cluster.plan(cluster.shape))
     try:
         runner = EmbodiedRunner(cfg, groups)
         assert runner.offload_env is offload
