@@ -20,10 +20,19 @@ pytestmark = pytest.mark.ray
 @pytest.fixture(scope="module")
 def tool_model(tmp_path_factory):
     """A tiny model that calls the calculator in every episode (a short warm start on tool
-    demonstrations only)."""
+    demonstrations only). On one torch thread, as ``python -m toolkits.tool_agent.prepare``
+    would on one core: this model's ops are too small to share, and two threads on the loaded
+    2-core machine made the warm start 6x slower (112 s -> 18 s)."""
+    import torch
+
     from toolkits.tool_agent.prepare import prepare
 
-    return str(prepare(tmp_path_factory.mktemp("tool_model"), steps=120, batch_size=16, tool_fraction=1.0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return str(prepare(tmp_path_factory.mktemp("tool_model"), steps=120, batch_size=16, tool_fraction=1.0))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _config(tmp_path, model, placement, accelerators, **runner):
