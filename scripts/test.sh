@@ -14,6 +14,11 @@ set -euo pipefail
 # The suite starts hundreds of processes (Ray workers, CLIs) importing the same modules: with
 # PYTHONDONTWRITEBYTECODE set, each compiles them again (a math group launch 56 s -> 21 s without it).
 unset PYTHONDONTWRITEBYTECODE
+# One torch / OpenMP thread per test process unless the caller says otherwise: two pytest-xdist
+# workers on 2 cores, each at torch's default of one thread per core, oversubscribe the cores, and
+# OpenMP's waiting threads then cost far more than the second thread gains (a tool-agent warm start:
+# 112 s at 2 threads vs 18 s at 1 under the suite's load). Ray workers get their slot's share anyway.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh"
 cd "$root"
