@@ -63,12 +63,14 @@ COMPARED = ("reward/mean", "reward/accuracy", "response/length_mean", "actor/pol
             "actor/grad_norm", "actor/lr", "actor/entropy")
 
 
-def test_resume_gives_the_same_next_step_metrics(ray_cluster, tmp_path):
+def test_resume_gives_the_same_next_step_metrics(tmp_path):
+    """Local backend (Ray is not the subject; a resume under Ray: tests/runners/test_recovery.py)."""
     from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = base_config(tmp_path, model, {"actor,rollout,reward": "0-1"}, 2,
                       runner={"save_interval": 2, "val_check_interval": 3})
+    cfg["cluster"]["backend"] = "local"
     summary = run_math(with_dirs(cfg, tmp_path / "a"), print_fn=lambda *_: None)
     assert summary["steps"] == 3 and "val/last_accuracy" in summary
     run_a = tmp_path / "a" / "t"
@@ -96,33 +98,39 @@ def test_resume_gives_the_same_next_step_metrics(ray_cluster, tmp_path):
     assert full[3]["actor/grad_norm"] > 0  # the compared step really trained
 
 
-def test_async_rollout_runs_one_version_ahead(ray_cluster, tmp_path):
+def test_async_rollout_runs_one_version_ahead(tmp_path):
+    """Local backend (Ray is not the subject; each group folded to one process, placed apart)."""
     from rlinf.runners.math.recipe import run_math
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
     cfg = base_config(tmp_path, model, {"actor": "0-1", "rollout": "2"}, 3,
                       algorithm={"max_head_offpolicyness": 1, "loss_type": "decoupled_ppo",
                                  "rollout_batch_size_per_gpu": 1})
+    cfg["cluster"]["backend"] = "local"
     assert run_math(cfg, print_fn=lambda *_: None)["steps"] == 3
     metrics = read_metrics(str(tmp_path / "out" / "t" / "metrics.jsonl"))
     assert [m["rollout/staleness"] for m in metrics] == [0.0, 1.0, 1.0]
     assert all(m["reward/count"] == 16 for m in metrics)
 
 
-def test_dynamic_sampling_with_a_separate_inference_group(ray_cluster, tmp_path):
+def test_dynamic_sampling_with_a_separate_inference_group(tmp_path):
+    """Local backend (Ray is not the subject; each group folded to one process, placed apart)."""
     from rlinf.config.math import MathConfig
     from rlinf.data.tokenizer import load_tokenizer
+    from rlinf.runners.launch import start_cluster
     from rlinf.runners.math.groups import launch_math_groups
     from rlinf.runners.math.loop import MathRunner
     from rlinf.runners.math.preflight import build_loaders
 
     model = tiny_model_with_tokenizer(tmp_path / "model")
-    cfg = MathConfig.from_dict(base_config(
-        tmp_path, model, {"actor": "0-1", "inference": "2", "rollout,reward": "3"}, 4,
-        algorithm={"kl_beta": 0.05, "dynamic_sampling": True, "max_dynamic_sampling_rounds": 2}))
+    raw = base_config(tmp_path, model, {"actor": "0-1", "inference": "2", "rollout,reward": "3"}, 4,
+                      algorithm={"kl_beta": 0.05, "dynamic_sampling": True, "max_dynamic_sampling_rounds": 2})
+    raw["cluster"]["backend"] = "local"
+    cfg = MathConfig.from_dict(raw)
     tok = load_tokenizer(model)
     train, val = build_loaders(cfg, tok)
-    groups = launch_math_groups(cfg, ray_cluster, cfg.cluster.plan(), total_steps=2)
+    cluster, plan = start_cluster(cfg, print_fn=lambda *_: None)
+    groups = launch_math_groups(cfg, cluster, plan, total_steps=2)
     try:
         assert groups.inference is not None and groups.inference.world_size == 1
         runner = MathRunner(cfg, groups, train, val, tok.pad_token_id)
