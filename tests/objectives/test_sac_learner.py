@@ -11,6 +11,17 @@ import torch
 from rlinf.objectives.sac import SACLearner, SACSettings
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: these networks are tiny, and two threads on a loaded 2-core machine spend
+    their time waiting on each other (300 bandit updates: 18-75 s with two threads, 1-5.5 s with
+    one, the same numbers)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def _bandit_batch(g: torch.Generator, n: int = 128) -> dict:
     """One-step episodes: the best action is 0.5 * obs[0]; reward -(a - best)^2; always terminal."""
     obs = torch.rand(n, 2, generator=g) * 2 - 1
