@@ -97,7 +97,9 @@ def dry_run(tmp_path_factory, cpu_standins):
     python = bare_python(tmp / "venv")
     (tmp / "probe").mkdir()
     (tmp / "probe" / "gpu_check_probe.py").write_text(PROBE)
-    env = {**os.environ, "GPU_CHECK_PYTHON": str(python), "PYTHONPATH": str(tmp / "probe")}
+    # one torch thread per check process: the suite's two workers share the 2 cores, and the dry
+    # run's tiny ops gain nothing from a second thread (a check 12-15 s -> 8-12 s here under load)
+    env = {**os.environ, "GPU_CHECK_PYTHON": str(python), "PYTHONPATH": str(tmp / "probe"), "OMP_NUM_THREADS": "1"}
     env.pop("OUT", None)
     cmd = ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu-dry-run", "--no-wheels",
            "--out", str(tmp / "out"), "--check", "boom=gpu_check_probe:explode",
