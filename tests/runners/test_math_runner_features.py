@@ -22,7 +22,7 @@ from test_generation_worker import tiny_model_with_tokenizer
 from test_math_grpo_runner import write_data
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.slow  # end-to-end runs on the local backend (no Ray)
 
 
 def base_config(tmp_path, model, placement, accelerators, **sections):
