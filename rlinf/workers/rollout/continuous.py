@@ -168,6 +168,7 @@ class StreamLoop:
                     self.gate.park()
                     self._interval("paused", t)
                     continue
+                waiting_since = time.time()
                 if not self.gate.pending():
                     self._admit(block=not self._can_generate())
                 if self._can_generate():
@@ -175,10 +176,9 @@ class StreamLoop:
                     self._one_round()
                     self._interval("generate", t)
                     self._emit_finished()
-                else:
-                    t = time.time()
+                else:  # idle since before the admission wait above (it blocked: nothing could generate)
                     self._wait_for_work()
-                    self._interval("idle", t)
+                    self._interval("idle", waiting_since)
                     self._emit_finished()
         finally:
             self.gate.set_running(False)
