@@ -67,9 +67,34 @@ def strays() -> list[psutil.Process]:
     return found
 
 
+#: this process's children before the test (the session's Ray cluster of an earlier test in the
+#: same pytest-xdist worker, say): theirs and their descendants are not the test's
+_CHILDREN_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before():
+    _CHILDREN_BEFORE.clear()
+    _CHILDREN_BEFORE.update(p.pid for p in psutil.Process().children())
+    yield
+
+
+def new_children() -> list[psutil.Process]:
+    """Processes started by this process since the test began, with their descendants."""
+    found = []
+    for child in psutil.Process().children():
+        if child.pid in _CHILDREN_BEFORE:
+            continue
+        try:
+            found += [child, *child.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
 def assert_no_strays():
     deadline = time.monotonic() + 3
-    while (left := strays() + psutil.Process().children(recursive=True)) and time.monotonic() < deadline:
+    while (left := strays() + new_children()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, f"processes survived the call: {left}"
 
