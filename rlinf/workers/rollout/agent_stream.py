@@ -94,12 +94,7 @@ class AgentStreamLoop(StreamLoop):
                 n=1, seed=seed, should_stop=self._should_stop(had_room))
             for g in gens:
                 self._extend(part[g.prompt_index], g, max(limits[g.prompt_index], 0), version, stops)
-        self._round += 1
-        self.stats["rounds"] += 1
-        if self._stopped_for == "admit":
-            self.stats["preempted_rounds"] += 1
-        elif self._stopped_for == "pause":
-            self.stats["paused_rounds"] += 1
+        self._count_round()
 
     def _extend(self, row: AgentRow, gen, limit: int, version: int, stops: tuple[str, ...]) -> None:
         ids, lps = list(gen.token_ids)[:limit], list(gen.logprobs)[:limit]

@@ -256,6 +256,10 @@ class StreamLoop:
                                                n=1, seed=seed, should_stop=self._should_stop(had_room))
             for g in gens:
                 self._extend_row(part[g.prompt_index], g, room[g.prompt_index], version)
+        self._count_round()
+
+    def _count_round(self) -> None:
+        """A round ended: count it, and why it stopped early (new groups, or weights)."""
         self._round += 1
         self.stats["rounds"] += 1
         if self._stopped_for == "admit":
