@@ -25,6 +25,7 @@ What the run layer asks a recipe for (hooks; the shared code never names a recip
   :func:`rlinf.runners.registry.recipe_for` asks every recipe;
 * :meth:`Recipe.memory_estimate`: each role's memory per rank for the config on a placement
   (``cluster.memory_check`` before Ray, ``python -m rlinf.scheduler.placement CONFIG --memory``);
+* :meth:`Recipe.placement_workflow`: its step as the placement planner sees it (issue 46);
 * :meth:`Recipe.needed_extras`: the set-up extras a raw config needs (:mod:`rlinf.runners.extras_check`);
 * :attr:`Recipe.config_cls` with :attr:`Recipe.reference_page` / :attr:`Recipe.reference_order` /
   :attr:`Recipe.reference_suffix`: where its keys go in the generated config reference
@@ -112,6 +113,13 @@ class Recipe:
         cannot size is left out with a note; a :class:`~rlinf.utils.typed_config.ConfigError`
         becomes a note. Default: nothing estimated."""
         return MemoryEstimate({}, (f"not estimated: the {self.name} recipe gives no memory estimate",))
+
+    def placement_workflow(self, cfg: Any):
+        """One step of the run as the placement planner sees it (a
+        :class:`~rlinf.scheduler.autoplace.Workflow` over the placed roles, for ``python -m
+        toolkits.autoplace`` and the advice at the end of a run), from the typed config ``cfg``;
+        None: the planner does not plan this kind of run (default)."""
+        return None
 
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
         """``(extra, what needs it)`` pairs of ``pyproject.toml`` extras this recipe's run of the

@@ -1,0 +1,234 @@
+"""Predicting one step's time for a placement: an event simulation of a few steps of the workflow.
+
+The model (docs/placement_planner.md says it with its limits):
+
+* A role given ``n`` parallel units does a step's work (:meth:`RoleFigures.work_s`) in
+  ``work / speedup(n)`` seconds (linear unless the profile measured other sizes), divided by its
+  node group's ``speed``. Units are accelerators; on a CPU profile (``cores_per_node``) or for a
+  role without accelerators they are processes, and the node's cores are shared among the
+  processes running at each moment (:mod:`.events`).
+* A role does one piece at a time, on all its devices at once (data parallel), and holds its
+  devices exclusively while it does; roles that share a device therefore take turns.
+* :class:`~.workflow.Stage` after a producer on disjoint devices: the batch streams in
+  ``workflow.chunks`` pieces (a piece starts when the producer has made it). On a shared device:
+  the consumer starts after the producer's whole batch, and, when both hold memory and offload is
+  possible (``offload_s`` not null), one phase switch of ``offload_s`` on the shared devices.
+* :class:`~.workflow.Loop` (env and policy): ``pipeline_stages`` groups, each alternating
+  ``iterations`` times (capped at 32 rounds of the same total work); group g's env step may
+  overlap group g+1's policy step when the two roles have their own devices.
+* A role's ``wait_s_per_step`` (tools, HTTP) delays its last piece without holding devices.
+* After the trainer's last piece: the weight sync (``weight_sync_s``, holding the trainer's and
+  the receivers' devices), then a switch back when the trainer shares devices with the flow's first
+  role. The receivers' step ``t`` starts after the sync of step ``t - 1 - lookahead``.
+* Step time = the steady-state interval between syncs: the simulation runs ``10 + 5 x lookahead``
+  steps and averages the intervals of the middle half (the first steps fill the pipeline, the last
+  ``2 + lookahead`` end without the next steps competing for their devices).
+
+Example: a 2 s rollout and a 1 s actor (per step, one accelerator each), 0.5 s of sync, no offload
+cost; collocated on one device the step is 2 + 1 + 0.5 = 3.5 s; apart on two devices with 2 pieces,
+synchronous, the actor's first piece overlaps the rollout's second: 1 + 1 + 0.5 + 0.5 = 3.0 s:
+
+    >>> from rlinf.scheduler.placement import ClusterShape, plan_placement
+    >>> from rlinf.scheduler.autoplace.profile import parse_profile
+    >>> from rlinf.scheduler.autoplace.workflow import Stage, Workflow
+    >>> prof = parse_profile({"accelerator_memory_gib": 80, "samples_per_step": 1, "offload_s": 0.0,
+    ...     "weight_sync_s": 0.5, "roles": {"rollout": {"seconds_per_sample": 2.0, "memory_gib": 1},
+    ...     "actor": {"seconds_per_sample": 1.0, "memory_gib": 1}}})
+    >>> wf = Workflow(flow=(Stage("rollout"), Stage("actor")), trainer="actor", receivers=("rollout",), chunks=2)
+    >>> predict(plan_placement({"actor,rollout": "0"}, ClusterShape(1, 1)), prof, wf).step_s
+    3.5
+    >>> predict(plan_placement({"rollout": "0", "actor": "1"}, ClusterShape(1, 2)), prof, wf).step_s
+    3.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rlinf.scheduler.autoplace.events import Task, simulate
+from rlinf.scheduler.autoplace.profile import Profile, RoleFigures
+from rlinf.scheduler.autoplace.workflow import Loop, Stage, Workflow
+from rlinf.scheduler.placement.plan import PlacementPlan
+
+__all__ = ["Prediction", "predict"]
+
+#: most interaction rounds a loop is simulated with (the same total work in fewer, larger rounds)
+MAX_LOOP_ROUNDS = 32
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the simulation says about one placement.
+
+    Attributes:
+        step_s: predicted seconds per step (steady state).
+        busy: role -> share of the step its devices are busy with its own work.
+        bottleneck: the busiest role.
+        events: ``(role, kind, start, end)`` of one steady step, times from that step's start.
+        assumptions: what the prediction assumed (linear scaling, ...), one line each.
+    """
+
+    step_s: float
+    busy: Mapping[str, float]
+    bottleneck: str
+    events: tuple[tuple[str, str, float, float], ...] = ()
+    assumptions: tuple[str, ...] = field(default=())
+
+
+@dataclass
+class _Role:
+    name: str
+    figures: RoleFigures
+    devices: tuple
+    units: int
+    cores: dict[int, float]
+    seconds: float  # the role's whole work per step on its units, before core sharing
+    memory: float
+
+
+def _role(name: str, plan: PlacementPlan, profile: Profile) -> _Role:
+    figures = profile.role(name)
+    comp = plan.component(name)
+    accels = comp.resources
+    per_cpu = bool(profile.cores_per_node) or not figures.accelerator
+    units = comp.world_size if per_cpu else max(1, len([r for r in accels if r[1] is not None]))
+    cores: dict[int, float] = {}
+    if profile.cores_per_node:
+        for proc in comp.processes:
+            cores[proc.node] = cores.get(proc.node, 0.0) + figures.threads_per_process
+    labels = {p.node_group for p in comp.processes}
+    speed = min(profile.group(label).speed for label in labels) if labels else 1.0
+    devices = tuple(sorted(r for r in accels if r[1] is not None)) if figures.accelerator else ()
+    seconds = figures.work_s(profile) / figures.speedup(units) / speed
+    return _Role(name, figures, (("role", name),) + devices, units, cores, seconds, figures.memory_gib or 0.0)
+
+
+def _shared(a: _Role, b: _Role) -> tuple:
+    return tuple(sorted(set(a.devices[1:]) & set(b.devices[1:])))
+
+
+def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookahead: int = 0,
+            pipeline_stages: int = 1) -> Prediction:
+    """The predicted step of ``plan`` (see the module docstring)."""
+    roles = {name: _role(name, plan, profile) for name in workflow.roles()}
+    steps = 10 + 5 * lookahead
+    tasks: list[Task] = []
+    sync_name = {}
+    trainer = roles[workflow.trainer]
+    first = roles[_first_role(workflow)]
+    offload = profile.offload_s
+    switch_backs: set[str] = set()
+    last_piece: dict[str, str] = {}  # role (or loop group) -> its last task so far: pieces run in order
+    for t in range(steps):
+        prev_out: list[str] | None = None  # names of the previous element's pieces, in order
+        prev_roles: tuple[_Role, ...] = ()
+        gate = sync_name.get(t - 1 - lookahead)
+        back = f"s{t - 1}/switch-back"
+        entry = [back] if t > 0 and back in switch_backs else []
+        for item in workflow.flow:
+            if isinstance(item, Stage):
+                role = roles[item.role]
+                deps_for = _link(prev_out, prev_roles, (role,), offload, t, tasks)
+                out = []
+                for c in range(workflow.chunks):
+                    deps = list(deps_for(c, workflow.chunks)) if deps_for else list(entry)
+                    if c == 0:
+                        deps += [gate] if gate and role.name in workflow.receivers else []
+                        deps += [sync_name[t - 1]] if role is trainer and t > 0 else []
+                    deps += [last_piece[role.name]] if role.name in last_piece else []
+                    name = f"s{t}/{role.name}/{c}"
+                    tasks.append(Task(name, role.seconds / workflow.chunks, role.devices, role.cores,
+                                      tuple(dict.fromkeys(deps)), role.name, "work", t))
+                    out.append(name)
+                    last_piece[role.name] = name
+                out = _wait(role, out, t, tasks)
+                prev_out, prev_roles = out, (role,)
+            else:
+                out = _loop(item, roles, prev_out, prev_roles, entry, gate, workflow, pipeline_stages, offload, t,
+                            tasks, last_piece)
+                prev_out, prev_roles = out, tuple(roles[r] for r in item.roles)
+        sync_devices = trainer.devices[1:] + tuple(d for r in workflow.receivers for d in roles[r].devices[1:])
+        name = f"s{t}/sync"
+        tasks.append(Task(name, profile.weight_sync_s, tuple(dict.fromkeys(sync_devices)), {}, (prev_out[-1],),
+                          "sync", "sync", t))
+        sync_name[t] = name
+        shared = _shared(trainer, first)
+        if shared and offload and trainer is not first and trainer.memory > 0 and first.memory > 0:
+            tasks.append(Task(f"s{t}/switch-back", offload, shared, {}, (name,), "switch", "switch", t))
+            switch_backs.add(f"s{t}/switch-back")
+    times = simulate(tasks, {n: float(profile.cores_per_node) for n in range(plan.cluster.num_nodes)}
+                     if profile.cores_per_node else None)
+    tail = 2 + lookahead  # the last steps end without the next ones competing: not measured
+    half = (steps - tail) // 2
+    last_step = steps - 1 - tail
+    t0, t1 = times[sync_name[last_step - half]][1], times[sync_name[last_step]][1]
+    step_s = (t1 - t0) / half
+    window = [(x, times[x.name]) for x in tasks if times[x.name][1] > t0 and times[x.name][0] < t1]
+    busy: dict[str, float] = {name: 0.0 for name in roles}
+    for task, (s, e) in window:
+        if task.kind == "work":
+            busy[task.role] += (min(e, t1) - max(s, t0)) / (t1 - t0)
+    start = t1 - step_s
+    events = tuple(sorted((task.role, task.kind, max(s, start) - start, e - start)
+                          for task, (s, e) in window if e > start))
+    bottleneck = max(busy, key=busy.__getitem__)
+    assumptions = tuple(f"{name}: linear scaling over its {r.units} units (no measured sizes)"
+                        for name, r in roles.items() if r.units > 1 and not r.figures.seconds_per_sample_at)
+    return Prediction(step_s=round(step_s, 9), busy=busy, bottleneck=bottleneck, events=events, assumptions=assumptions)
+
+
+def _first_role(workflow: Workflow) -> str:
+    item = workflow.flow[0]
+    return item.roles[1] if isinstance(item, Loop) else item.role
+
+
+def _link(prev_out, prev_roles, roles, offload, t, tasks):
+    """How the next element's pieces depend on the previous element's: ``deps(c, pieces)``, or
+    None for the flow's first element. On shared devices, adds the phase switch task."""
+    if prev_out is None:
+        return None
+    shared = tuple(sorted({d for a in prev_roles for b in roles for d in _shared(a, b)}))
+    if not shared:  # streaming: piece c needs the producer's piece covering the same share of the batch
+        n = len(prev_out)
+        return lambda c, pieces: [prev_out[min(n - 1, -(-(c + 1) * n // pieces) - 1)]]
+    dep = prev_out[-1]
+    if offload and any(r.memory > 0 for r in prev_roles) and any(r.memory > 0 for r in roles):
+        name = f"s{t}/switch-{roles[0].name}"
+        tasks.append(Task(name, offload, shared, {}, tuple(prev_out), "switch", "switch", t))
+        dep = name
+    return lambda c, pieces: [dep]
+
+
+def _wait(role: _Role, out: list[str], t: int, tasks: list[Task]) -> list[str]:
+    if role.figures.wait_s_per_step <= 0:
+        return out
+    name = f"s{t}/{role.name}/wait"
+    tasks.append(Task(name, role.figures.wait_s_per_step, (), {}, (out[-1],), role.name, "wait", t))
+    return out[:-1] + [name]
+
+
+def _loop(item: Loop, roles, prev_out, prev_roles, entry, gate, workflow, groups, offload, t, tasks,
+          last_piece) -> list[str]:
+    env, policy = roles[item.roles[0]], roles[item.roles[1]]
+    rounds = max(1, min(item.iterations, MAX_LOOP_ROUNDS))
+    deps_for = _link(prev_out, prev_roles, (env, policy), offload, t, tasks)
+    out = []
+    for g in range(groups):
+        key = f"{env.name}+{policy.name}/{g}"
+        last = None
+        for k in range(rounds):
+            for role in (env, policy):
+                if last is None:
+                    deps = list(deps_for(g, groups)) if deps_for else list(entry)
+                    deps += [gate] if gate and any(r in workflow.receivers for r in item.roles) else []
+                    deps += [last_piece[key]] if key in last_piece else []
+                else:
+                    deps = [last]
+                name = f"s{t}/{role.name}/{g}/{k}"
+                tasks.append(Task(name, role.seconds / (groups * rounds), role.devices, role.cores,
+                                  tuple(dict.fromkeys(deps)), role.name, "work", t))
+                last = name
+        last_piece[key] = last
+        out.append(last)
+    return out
