@@ -41,6 +41,7 @@ def test_collocated_roles_take_turns_and_pay_two_phase_switches():
     # rollout 2 + switch 1 + actor 1 + sync 0.5 + switch back 1
     assert step({"actor,rollout": "0"}, 1, profile(offload_s=1.0)) == pytest.approx(5.5)
     assert step({"actor,rollout": "0"}, 1) == pytest.approx(3.5)  # offload free: 2 + 1 + 0.5
+    assert step({"actor,rollout": "0"}, 1, profile(driver_s_per_step=0.25)) == pytest.approx(3.75)
 
 
 def test_disaggregated_roles_stream_pieces_and_lookahead_hides_the_trainer():

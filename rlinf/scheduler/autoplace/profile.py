@@ -206,6 +206,8 @@ class Profile:
         tokens_per_sample, env_steps_per_sample: what per-token / per-env-step figures multiply.
         cores_per_node: CPU cores per node: when given, the simulator shares them among the
             processes running at each moment (a CPU run's slots are not cores).
+        driver_s_per_step: seconds per step the driver works between the flow's last role and the
+            weight sync (advantages, logging; one core of node 0), whatever the placement.
         node_groups: figures per node group label (:class:`NodeGroupFigures`).
         source: where the profile came from (a file name; ``measured on ...``), for messages.
     """
@@ -220,6 +222,7 @@ class Profile:
     tokens_per_sample: float | None = None
     env_steps_per_sample: float | None = None
     cores_per_node: int | None = None
+    driver_s_per_step: float = 0.0
     node_groups: dict[str, NodeGroupFigures] = field(default_factory=dict)
     source: str = ""
 
@@ -234,7 +237,7 @@ class Profile:
               f"must be >= 1, got {self.cores_per_node}")
         for name in ("accelerator_memory_gib", "tokens_per_sample", "env_steps_per_sample"):
             _positive(getattr(self, name), f"{path}.{name}")
-        for name in ("offload_s", "weight_sync_s"):
+        for name in ("offload_s", "weight_sync_s", "driver_s_per_step"):
             _positive(getattr(self, name), f"{path}.{name}", zero_ok=True)
         for name, role in self.roles.items():
             role._per_sample(self, f"{path}.roles.{name}")

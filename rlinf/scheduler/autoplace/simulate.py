@@ -17,7 +17,8 @@ The model (docs/placement_planner.md says it with its limits):
   ``iterations`` times (capped at 32 rounds of the same total work); group g's env step may
   overlap group g+1's policy step when the two roles have their own devices.
 * A role's ``wait_s_per_step`` (tools, HTTP) delays its last piece without holding devices.
-* After the trainer's last piece: the weight sync (``weight_sync_s``, holding the trainer's and
+* After the flow's last piece: the driver's own work (``driver_s_per_step``, one core of node 0),
+  then the weight sync (``weight_sync_s``, holding the trainer's and
   the receivers' devices), then a switch back when the trainer shares devices with the flow's first
   role. The receivers' step ``t`` starts after the sync of step ``t - 1 - lookahead``.
 * Step time = the steady-state interval between syncs: the simulation runs ``10 + 5 x lookahead``
@@ -150,7 +151,12 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
                 prev_out, prev_roles = out, tuple(roles[r] for r in item.roles)
         sync_devices = trainer.devices[1:] + tuple(d for r in workflow.receivers for d in roles[r].devices[1:])
         name = f"s{t}/sync"
-        tasks.append(Task(name, profile.weight_sync_s, tuple(dict.fromkeys(sync_devices)), {}, (prev_out[-1],),
+        before_sync = tuple(prev_out)
+        if profile.driver_s_per_step > 0:
+            tasks.append(Task(f"s{t}/driver", profile.driver_s_per_step, (("role", "driver"),),
+                              {0: 1.0} if profile.cores_per_node else {}, before_sync, "driver", "driver", t))
+            before_sync = (f"s{t}/driver",)
+        tasks.append(Task(name, profile.weight_sync_s, tuple(dict.fromkeys(sync_devices)), {}, before_sync,
                           "sync", "sync", t))
         sync_name[t] = name
         shared = _shared(trainer, first)
