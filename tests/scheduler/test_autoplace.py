@@ -117,7 +117,7 @@ def test_memory_shards_offloads_and_drops_what_does_not_fit():
     result = plan_search(wf, keep, ClusterShape(1, 4), current={"actor,rollout": "0-3"})
     assert result.current.dropped.startswith("needs 55.0 GiB on node 0 accelerator 0, which has 40")
     assert all(r.peak_gib <= 40 for r in result.ranked) and result.dropped
-    with pytest.raises(ProfileError, match=r"profile.roles.rollout.memory_gib: 30 GiB does not fit one accelerator of 20"):
+    with pytest.raises(ProfileError, match=r"roles.rollout.memory_gib: 30 GiB does not fit one accelerator of 20"):
         plan_search(wf, parse_profile({"accelerator_memory_gib": 20, "offload_s": None, "weight_sync_s": 0,
                                        "samples_per_step": 4, "roles": roles}), ClusterShape(1, 4),
                     current={"actor,rollout": "0-3"})

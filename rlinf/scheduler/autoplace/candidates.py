@@ -27,7 +27,7 @@ Example (2 roles on 2 accelerators):
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rlinf.scheduler.autoplace.workflow import Loop, Workflow
 from rlinf.scheduler.placement.plan import ClusterShape
@@ -51,7 +51,6 @@ class Candidate:
     placement: Mapping[str, object]
     lookahead: int = 0
     pipeline_stages: int = 1
-    extra: tuple[tuple[str, object], ...] = field(default=())
 
     def label(self) -> str:
         """The placement as one line (``actor: 0-1, rollout: 2``), knobs after ``;``."""
@@ -75,7 +74,6 @@ class Candidate:
             out[workflow.lookahead_key] = workflow.lookahead_setting(self.lookahead)
         if workflow.pipeline_key and len(workflow.pipeline_stages) > 1:
             out[workflow.pipeline_key] = self.pipeline_stages
-        out.update(dict(self.extra))
         return out
 
 

@@ -52,7 +52,8 @@ class Task:
     step: int = 0
 
 
-def simulate(tasks: Sequence[Task], cores_per_node: Mapping[int, float] | None = None) -> dict[str, tuple[float, float]]:
+def simulate(tasks: Sequence[Task],
+             cores_per_node: Mapping[int, float] | None = None) -> dict[str, tuple[float, float]]:
     """Start and end time of every task (see the module docstring).
 
     Raises:

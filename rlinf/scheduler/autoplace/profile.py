@@ -117,20 +117,21 @@ class RoleFigures:
     def _per_sample(self, profile: Profile, key: str) -> float:
         figures = []
         if self.seconds_per_token is not None and profile.tokens_per_sample is not None:
-            figures.append(("seconds_per_token x tokens_per_sample", self.seconds_per_token * profile.tokens_per_sample))
+            figures.append(("seconds_per_token x tokens_per_sample",
+                            self.seconds_per_token * profile.tokens_per_sample))
         if self.seconds_per_env_step is not None and profile.env_steps_per_sample is not None:
             figures.append(("seconds_per_env_step x env_steps_per_sample",
                             self.seconds_per_env_step * profile.env_steps_per_sample))
         if self.seconds_per_sample is not None:
             figures.append(("seconds_per_sample", self.seconds_per_sample))
         if not figures:
-            raise ProfileError(key or "profile.roles", "no figure gives seconds per sample (a per-token or per-env-step "
-                               "figure needs the profile's tokens_per_sample / env_steps_per_sample)")
+            raise ProfileError(key or "profile.roles", "no figure gives seconds per sample (a per-token or "
+                               "per-env-step figure needs the profile's tokens_per_sample / env_steps_per_sample)")
         name, value = figures[0]
         for other, v in figures[1:]:
             if abs(v - value) > 0.1 * max(v, value):
-                raise ProfileError(key or "profile.roles", f"{name} = {value:.4g} s but {other} = {v:.4g} s per sample; "
-                                   "they must agree within 10 %")
+                raise ProfileError(key or "profile.roles", f"{name} = {value:.4g} s but {other} = {v:.4g} s "
+                                   "per sample; they must agree within 10 %")
         return value
 
     def speedup(self, n: int) -> float:

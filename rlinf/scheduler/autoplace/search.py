@@ -168,13 +168,15 @@ def plan_search(workflow: Workflow, profile: Profile, cluster: ClusterShape, *, 
         (ranked if r.prediction else dropped).append(r)
     if not ranked:
         worst = min(dropped, key=lambda r: r.peak_gib, default=None)
-        why = f"; the smallest need is {worst.peak_gib:.1f} GiB per accelerator ({worst.candidate.label()})" if worst else ""
+        why = (f"; the smallest need is {worst.peak_gib:.1f} GiB per accelerator ({worst.candidate.label()})"
+               if worst else "")
         raise ProfileError("profile", f"no placement of {', '.join(placed)} fits {cluster.num_nodes} node(s) x "
                            f"{cluster.accelerators_per_node} accelerators of {memory_gib:g} GiB{why}")
     ranked.sort(key=lambda r: (r.prediction.step_s, r.candidate.label()))
     cur = None
     if current_plan is not None:
-        cur = _evaluate(Candidate(dict(current), current_lookahead, current_stages), cluster, profile, workflow, memory_gib)
+        own = Candidate(dict(current), current_lookahead, current_stages)
+        cur = _evaluate(own, cluster, profile, workflow, memory_gib)
     return SearchResult(tuple(ranked), tuple(dropped), cur)
 
 

@@ -58,8 +58,8 @@ class Workflow:
         pipeline_stages: the group counts a loop may use (1: no pipelining).
         pipeline_key: the config key that sets the group count.
         chunks: how many pieces a batch streams in between roles on disjoint devices.
-        process_keys: role -> config key that sets its processes per accelerator, for roles whose
-            profile lists several ``processes_per_accelerator``.
+        samples_per_step: the config's samples per step (the profile's default).
+        lookahead_now, pipeline_stages_now: the config's own depth and group count.
     """
 
     flow: tuple[Stage | Loop, ...]
@@ -71,7 +71,9 @@ class Workflow:
     pipeline_stages: tuple[int, ...] = (1,)
     pipeline_key: str | None = None
     chunks: int = 8
-    process_keys: tuple[tuple[str, str], ...] = ()
+    samples_per_step: int | None = None
+    lookahead_now: int = 0
+    pipeline_stages_now: int = 1
 
     def roles(self) -> tuple[str, ...]:
         """Every role of the flow, in order, once each."""
