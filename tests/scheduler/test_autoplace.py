@@ -47,6 +47,9 @@ def test_collocated_roles_take_turns_and_pay_two_phase_switches():
 def test_disaggregated_roles_stream_pieces_and_lookahead_hides_the_trainer():
     # 2 pieces: rollout [0,1] [1,2]; actor [1,1.5] [2,2.5]; sync [2.5,3] holds both: 3.0 per step
     assert step({"rollout": "0", "actor": "1"}, 2) == pytest.approx(3.0)
+    whole = Workflow(flow=(Stage("rollout"), Stage("actor", whole_batch=True)), trainer="actor",
+                     receivers=("rollout",), chunks=2)
+    assert step({"rollout": "0", "actor": "1"}, 2, wf=whole) == pytest.approx(3.5)  # 2 + 1 + 0.5: no overlap
     # lookahead 1: rollout waits only for the sync two steps back; it is busy 2 s + the 0.5 s sync
     assert step({"rollout": "0", "actor": "1"}, 2, lookahead=1) == pytest.approx(2.5)
 

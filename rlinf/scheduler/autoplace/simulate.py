@@ -10,7 +10,8 @@ The model (docs/placement_planner.md says it with its limits):
 * A role does one piece at a time, on all its devices at once (data parallel), and holds its
   devices exclusively while it does; roles that share a device therefore take turns.
 * :class:`~.workflow.Stage` after a producer on disjoint devices: the batch streams in
-  ``workflow.chunks`` pieces (a piece starts when the producer has made it). On a shared device:
+  ``workflow.chunks`` pieces (a piece starts when the producer has made it), unless the stage is
+  ``whole_batch`` (it starts when the producer's last piece is done). On a shared device:
   the consumer starts after the producer's whole batch, and, when both hold memory and offload is
   possible (``offload_s`` not null), one phase switch of ``offload_s`` on the shared devices.
 * :class:`~.workflow.Loop` (env and policy): ``pipeline_stages`` groups, each alternating
@@ -130,7 +131,7 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
         for item in workflow.flow:
             if isinstance(item, Stage):
                 role = roles[item.role]
-                deps_for = _link(prev_out, prev_roles, (role,), offload, t, tasks)
+                deps_for = _link(prev_out, prev_roles, (role,), offload, t, tasks, item.whole_batch)
                 out = []
                 for c in range(workflow.chunks):
                     deps = list(deps_for(c, workflow.chunks)) if deps_for else list(entry)
@@ -189,12 +190,14 @@ def _first_role(workflow: Workflow) -> str:
     return item.roles[1] if isinstance(item, Loop) else item.role
 
 
-def _link(prev_out, prev_roles, roles, offload, t, tasks):
+def _link(prev_out, prev_roles, roles, offload, t, tasks, whole_batch=False):
     """How the next element's pieces depend on the previous element's: ``deps(c, pieces)``, or
     None for the flow's first element. On shared devices, adds the phase switch task."""
     if prev_out is None:
         return None
     shared = tuple(sorted({d for a in prev_roles for b in roles for d in _shared(a, b)}))
+    if whole_batch and not shared:
+        return lambda c, pieces: list(prev_out) if c == 0 else []
     if not shared:  # streaming: piece c needs the producer's piece covering the same share of the batch
         n = len(prev_out)
         return lambda c, pieces: [prev_out[min(n - 1, -(-(c + 1) * n // pieces) - 1)]]

@@ -29,9 +29,11 @@ __all__ = ["Loop", "Stage", "Workflow"]
 
 @dataclass(frozen=True)
 class Stage:
-    """A role that processes every sample of the step once."""
+    """A role that processes every sample of the step once; ``whole_batch``: it starts only when
+    the whole batch is there, even from a producer on other devices (a training update)."""
 
     role: str
+    whole_batch: bool = False
 
 
 @dataclass(frozen=True)
