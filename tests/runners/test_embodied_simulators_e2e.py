@@ -8,15 +8,15 @@ import importlib.util
 import sys
 
 import pytest
-import ray.cloudpickle
 
 from rlinf.utils.metric_logger import read_metrics
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from test_embodied_runner import toy_config
 
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-pytestmark = pytest.mark.ray
+# The local backend: the simulator is this test's subject, not Ray (the embodied loop under Ray,
+# hybrid placement and two pipeline stages, is test_embodied_runner.py's)
+pytestmark = pytest.mark.slow
 
 
 def _vulkan_problem() -> str | None:
@@ -26,14 +26,14 @@ def _vulkan_problem() -> str | None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mani_skill") is None, reason="mani-skill is not installed")
-def test_maniskill_pushcube_ppo_steps(ray_cluster, tmp_path):
+def test_maniskill_pushcube_ppo_steps(tmp_path):
     from rlinf.runners.embodied.recipe import run_embodied
 
     problem = _vulkan_problem()
     if problem:
         pytest.skip(f"ManiSkill cannot render here: {problem}")
     cfg = toy_config(tmp_path, {"env": "0", "rollout": "1", "actor": "0-1"}, 2, envs=4, max_steps=2,
-                     val_check_interval=2)
+                     val_check_interval=2, backend="local")
     for split in ("train", "eval"):
         # envs_per_process=2: one simulator process per pipeline stage (each process start
         # imports torch and ManiSkill, seconds of CPU); one env per process has its own tests
