@@ -63,6 +63,14 @@ class EmbodiedRecipe(Recipe):
         """Simulators, rollout and actor (:func:`~rlinf.runners.embodied.memory.embodied_memory`)."""
         return embodied_memory(cfg, plan, capacity, capacity.kind == "gpu")
 
+    def placement_workflow(self, cfg):
+        """``Loop((env, rollout), chunk steps x rollout_epoch)`` -> actor (whole batch), lookahead
+        0 / 1 and ``rollout.pipeline_stage_num`` where the config may take them; every placed role
+        is used (:func:`~rlinf.runners.embodied.workflow.embodied_workflow`)."""
+        from rlinf.runners.embodied.workflow import embodied_workflow  # lazy: the registry imports this module
+
+        return embodied_workflow(cfg)
+
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
         """Per split ``env.<split>.env_type``: ``maniskill`` -> ``embodied``, ``libero`` ->
         ``libero``, ``metaworld`` -> ``metaworld`` (``toy`` needs nothing); ``save_video`` ->

