@@ -68,8 +68,8 @@ class Backend(abc.ABC):
 
     ``handle`` is one worker (a Ray actor handle, or a local instance's executor); ``ref`` is one
     pending answer (a Ray object ref, or a ``concurrent.futures.Future``). A ``ref`` resolves to
-    ``Worker._rlinf_call``'s ``(value, error, seconds, memory sample)`` tuple, or ``(value,
-    error, seconds)`` for control calls.
+    ``Worker._rlinf_call``'s ``(value, error, seconds, memory sample, CPU seconds)`` tuple, or
+    ``(value, error, seconds)`` for control calls.
     """
 
     #: ``"ray"`` or ``"local"`` (what ``cluster.backend`` in the config says)

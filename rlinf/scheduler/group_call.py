@@ -24,7 +24,9 @@ class GroupCall:
     rank order; :attr:`results_by_rank` and :attr:`elapsed` (seconds spent inside each worker) are
     filled once the call is done. The first failing rank raises at once, as
     :class:`~rlinf.scheduler.WorkerError` (with the remote traceback) or
-    :class:`~rlinf.scheduler.WorkerDiedError`; the call never waits on the other ranks then.
+    :class:`~rlinf.scheduler.WorkerDiedError`; the call never waits on the other ranks then. Each
+    rank's answer adds its wall and CPU seconds to the group's
+    :class:`~rlinf.scheduler.call_stats.CallStats` (``group.call_stats``).
 
     Args:
         group: the :class:`~rlinf.scheduler.WorkerGroup` called; its backend
@@ -41,6 +43,8 @@ class GroupCall:
         self._submitted = time.perf_counter()
         self.results_by_rank: dict[int, Any] = {}
         self.elapsed: dict[int, float] = {}
+        #: rank -> CPU seconds of its call (its process on Ray, its thread on the local backend)
+        self.cpu_time: dict[int, float] = {}
         self.wall_time: float | None = None
 
     def done(self) -> bool:
@@ -97,7 +101,7 @@ class GroupCall:
         worker = f"{self.group.name}[{rank}]"
         node = self.group.placement.processes[rank].node
         try:
-            value, error, elapsed, *memory = get()
+            value, error, elapsed, *rest = get()  # rest: (memory sample, CPU seconds); none for control calls
         except CallFailed as failed:
             if failed.kind == "init":  # the worker's __init__ raised: like any worker exception
                 raise WorkerError(worker, node, "__init__", failed.text) from None
@@ -106,10 +110,10 @@ class GroupCall:
             if failed.kind == "stopped":  # e.g. a call to a shut-down group
                 raise WorkerDiedError(worker, node, self.method, failed.text) from None
             raise WorkerError(worker, node, self.method, failed.text) from None
-        self._deliver(rank, worker, node, value, error, elapsed, *memory)
+        self._deliver(rank, worker, node, value, error, elapsed, *rest)
 
     def _deliver(self, rank: int, worker: str, node: int, value: Any, error: str | None, elapsed: float,
-                 memory: MemorySample | None = None) -> None:
+                 memory: MemorySample | None = None, cpu: float | None = None) -> None:
         if memory is not None:
             self.group.last_memory[rank] = memory
         if error is not None:
@@ -120,6 +124,10 @@ class GroupCall:
             raise failure
         self.results_by_rank[rank] = value
         self.elapsed[rank] = elapsed
+        if cpu is not None:
+            self.cpu_time[rank] = cpu
+            if not self.method.startswith("_rlinf_"):
+                self.group.call_stats.add(self.method, rank, elapsed, cpu)
 
     def _dead_peer(self, timeout: float = 10.0) -> WorkerDiedError | None:
         """A worker of any live group of this cluster that is dead, or None: checked when a

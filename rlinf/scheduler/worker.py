@@ -250,20 +250,29 @@ class Worker:
         return self.device.type
 
     def _rlinf_call(self, _rlinf_method: str, /, *args: Any, **kwargs: Any) -> tuple:
-        """Run one method; returns ``(value, formatted error or None, seconds, memory sample)``.
+        """Run one method; returns ``(value, formatted error or None, seconds, memory sample,
+        CPU seconds)``.
 
         A plain tuple and Ray's own argument passing: this wrapper sits on every group call. The
         :class:`~rlinf.scheduler.memory_report.MemorySample` lets the driver name an out-of-memory
-        failure (and the last peak of a worker that is gone).
+        failure (and the last peak of a worker that is gone). CPU seconds: the process's CPU time
+        during the call on the Ray backend (each worker is its own process: every thread of it
+        counts, its torch threads and any other call it runs at once too), the calling thread's on
+        the local backend (groups are threads of the driver; torch's intra-op threads, one per
+        call there unless ``OMP_NUM_THREADS`` says more, are not counted). The two CPU-clock reads
+        add about 1.4 µs to a call (3.0 -> 4.4 µs for a no-op method, measured in-process).
         """
-        start = time.perf_counter()
+        clock = time.thread_time if "_rlinf_env" in self.__dict__ else time.process_time
+        start, cpu = time.perf_counter(), clock()
         try:
             value = getattr(self, _rlinf_method)(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - the driver re-raises it with the worker's name
+            cpu, wall = clock() - cpu, time.perf_counter() - start
             # Drop this wrapper's own frame: the traceback starts in the user's method.
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next))
-            return None, text, time.perf_counter() - start, worker_memory(exc)
-        return value, None, time.perf_counter() - start, worker_memory()
+            return None, text, wall, worker_memory(exc), cpu
+        cpu, wall = clock() - cpu, time.perf_counter() - start
+        return value, None, wall, worker_memory(), cpu
 
     def _rlinf_ping(self) -> tuple[str, int]:
         import ray  # lazy: Ray only on the Ray backend (local mode answers pings without calling this)

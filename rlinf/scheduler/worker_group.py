@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlinf.scheduler.backend import Backend
+from rlinf.scheduler.call_stats import CallStats
 from rlinf.scheduler.errors import OutOfMemoryKilledError, WorkerDiedError
 from rlinf.scheduler.group_call import GroupCall
 from rlinf.scheduler.memory_report import judge_death
@@ -43,6 +44,8 @@ class WorkerGroup:
         self.actors = actors
         #: rank -> the :class:`~rlinf.scheduler.memory_report.MemorySample` of its last answer
         self.last_memory: dict = {}
+        #: per method: calls, wall and CPU seconds inside the workers, per rank (the driver reads and resets it)
+        self.call_stats = CallStats()
         self._last_method: dict[int, str] = {}
         self._deaths: dict = {}  # rank -> (DeathVerdict, method): a dead worker is examined once
 

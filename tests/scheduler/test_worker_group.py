@@ -49,6 +49,12 @@ class Probe(Worker):
         time.sleep(seconds)
         return self.rank
 
+    def spin(self, seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        return self.rank
+
     def allreduce_rank(self):
         import torch
         import torch.distributed as dist
@@ -120,11 +126,20 @@ def test_distributed_env_is_complete_and_torch_distributed_works(spread):
 
 
 def test_per_rank_arguments_results_and_elapsed(spread):
+    spread.call_stats.reset()
     call = spread.execute("sleep", 0.2, ranks=[1])
     assert call.wait(timeout=30) == [1]
     assert call.results_by_rank == {1: 1}
     assert call.elapsed[1] >= 0.2
     assert call.wall_time >= call.elapsed[1]
+    # the worker process's CPU time: sleeping costs none, spinning costs (nearly) its wall time
+    assert call.cpu_time[1] < 0.1
+    spun = spread.execute("spin", 0.3, ranks=[0])
+    spun.wait(timeout=30)
+    assert 0.15 <= spun.cpu_time[0] <= spun.elapsed[0] + 0.05
+    stats = spread.call_stats.take()
+    assert set(stats) == {"sleep", "spin"} and list(stats["sleep"].ranks) == [1]
+    assert stats["spin"].calls == 1 and stats["spin"].cpu_s == spun.cpu_time[0]
 
 
 def test_async_await(spread):

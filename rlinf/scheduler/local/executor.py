@@ -138,8 +138,8 @@ class LocalActor:
 
     # ---- the driver's side ----------------------------------------------------------------
     def call(self, method: str, args: tuple, kwargs: dict, control: bool = False) -> Future:
-        """Run ``method`` like ``Worker._rlinf_call`` (a ``(value, error, seconds, memory)`` future;
-        control calls: ``(value, error, seconds)``)."""
+        """Run ``method`` like ``Worker._rlinf_call`` (a ``(value, error, seconds, memory, CPU
+        seconds)`` future; control calls: ``(value, error, seconds)``)."""
         if control:
             return self._control(method, args, kwargs)
         internal = method.startswith("_rlinf_")  # the scheduler's own plumbing: objects are shared
@@ -210,8 +210,8 @@ class LocalActor:
         if self.instance is None:
             raise InitFailed(self.init_error or f"{self.name} was shut down")
         with self._own_random():
-            value, error, elapsed, memory = self.instance._rlinf_call(method, *args, **kwargs)
-        return (copy_value(value) if copy_result and error is None else value), error, elapsed, memory
+            value, error, elapsed, memory, cpu = self.instance._rlinf_call(method, *args, **kwargs)
+        return (copy_value(value) if copy_result and error is None else value), error, elapsed, memory, cpu
 
     def _control(self, method: str, args: tuple, kwargs: dict) -> Future:
         """Answer at once (after ``__init__``), on the caller's thread."""
