@@ -118,17 +118,24 @@ def _reject_interpolation(value: object, key: str) -> None:
             _reject_interpolation(v, f"{key}[{i}]")
 
 
-def load_cluster(path: str) -> Mapping:
-    """The ``cluster:`` mapping of the YAML file at ``path``; CliError when there is none."""
+def load_yaml(path: str) -> object:
+    """The YAML document at ``path`` read with the strict loader (plain decimal ints only, a key
+    given twice refused); CliError, one line naming the file, when it cannot be read or parsed.
+    ``python -m toolkits.autoplace`` reads its profiles with it too."""
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.load(f, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+            return yaml.load(f, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise CliError(f"cannot read {path}: not UTF-8 text ({exc.reason})") from None
     except yaml.YAMLError as exc:
         raise CliError(f"{path}: invalid YAML: {_one_line(exc)}") from None
+
+
+def load_cluster(path: str) -> Mapping:
+    """The ``cluster:`` mapping of the YAML file at ``path``; CliError when there is none."""
+    doc = load_yaml(path)
     if not isinstance(doc, Mapping) or "cluster" not in doc:
         raise CliError(f"{path}: no top-level 'cluster:' mapping")
     cluster = doc["cluster"]

@@ -1,0 +1,188 @@
+"""The planner's search for one config, with the config's own rules on top: every candidate the
+core ranks (:func:`~rlinf.scheduler.autoplace.plan_search`) is also checked the way a run checks
+its placement before Ray (``check_against_plan``: batch sizes that must divide over the
+processes, modes the config needs), with the candidate's knobs set; one the config refuses is
+dropped with the config's one-line reason, so the best row is one the config can run.
+
+Example (the tiny disaggregated math run on its 3 slots; a 3-process actor cannot split the
+256 samples of a step, so the config refuses those candidates):
+    >>> import os, rlinf
+    >>> from rlinf.scheduler.autoplace import parse_profile
+    >>> from toolkits.autoplace.inputs import load_run, planning_profile, resolve_cluster
+    >>> repo = os.path.dirname(os.path.dirname(rlinf.__file__))
+    >>> run = load_run(os.path.join(repo, "examples/math/config/grpo_tiny_disaggregated.yaml"))
+    >>> prof, _ = planning_profile(parse_profile({"accelerator_memory_gib": 80, "offload_s": 0.5,
+    ...     "weight_sync_s": 0.1, "roles": {r: {"seconds_per_sample": s, "memory_gib": 1} for r, s in
+    ...     (("rollout", 0.02), ("reward", 0.001), ("actor", 0.01))}}), run.workflow)
+    >>> search = rank(run, prof, resolve_cluster(run, prof, None, None).shape)
+    >>> search.ranked[0].candidate.label(), search.current_rank, search.ranked[18].candidate.label()
+    ('actor: 1-2, reward: 0, rollout: 0-2', 19, 'actor: 1-2, rollout,reward: 0')
+    >>> search.dropped[0][1].split(": ")[1]
+    'data.rollout_batch_size'
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rlinf.runners.autoplace_profile import used_placement
+from rlinf.scheduler.autoplace import Candidate, Profile, ProfileError, Ranked, SearchResult, plan_search
+from rlinf.scheduler.placement import ClusterShape, PlacementPlan, plan_placement
+from rlinf.utils.typed_config import ConfigError
+from toolkits.autoplace.inputs import LoadedRun
+
+__all__ = ["Search", "layout_key", "rank", "same_plan", "set_dotted"]
+
+
+@dataclass(frozen=True)
+class Search:
+    """The ranked candidates the config accepts (fastest first) and every dropped one.
+
+    Attributes:
+        ranked: candidates that fit in memory and that the config accepts.
+        dropped: ``(candidate, reason)`` for the rest (memory, or the config's refusal).
+        current: the config's own placement with its prediction (None: it does not fit the cluster).
+        current_rank: its 1-based rank among ``ranked`` (None: not among them).
+        current_note: why the config's own placement has no rank ("" when it has one).
+        core: the core's result (for :meth:`SearchResult.speedup`).
+    """
+
+    ranked: tuple[Ranked, ...]
+    dropped: tuple[tuple[Ranked, str], ...]
+    current: Ranked | None
+    current_rank: int | None
+    current_note: str
+    core: SearchResult
+
+    def speedup(self, r: Ranked) -> float | None:
+        """Predicted step time of the config's own placement / that of ``r``."""
+        return self.core.speedup(r)
+
+
+def set_dotted(tree: dict, key: str, value: object) -> None:
+    """Set ``a.b.c`` in a nested dict (making the levels that are missing), replacing what was there.
+
+    >>> t = {"a": {"b": 1}}; set_dotted(t, "a.c.d", 2); t
+    {'a': {'b': 1, 'c': {'d': 2}}}
+    """
+    *path, last = key.split(".")
+    node = tree
+    for part in path:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[last] = value
+
+
+def layout_key(plan: PlacementPlan) -> tuple:
+    """What a placement is up to renumbering the accelerators of a node and the nodes of a group:
+    per node (with its group), the roles on each of its accelerators (a role twice where it has two
+    processes there), and every role's process count. Two plans with the same key run the same."""
+    nodes: dict[int, tuple[str | None, dict]] = {}
+    for name, comp in plan.components.items():
+        for proc in comp.processes:
+            group, devices = nodes.setdefault(proc.node, (proc.node_group, {}))
+            for acc in proc.accelerators or (None,):
+                devices.setdefault(acc, []).append(name)
+    per_node = sorted((str(group), tuple(sorted(tuple(sorted(roles)) for roles in devices.values())))
+                      for group, devices in nodes.values())
+    return tuple(per_node), tuple(sorted((name, comp.world_size) for name, comp in plan.components.items()))
+
+
+def same_plan(a: Mapping, b: Mapping, shape: ClusterShape) -> bool:
+    """Whether two ``component_placement`` mappings are the same placement up to renumbering
+    (:func:`layout_key`).
+
+    >>> same_plan({"actor,rollout": "all"}, {"rollout,actor": "0-1"}, ClusterShape(1, 2))
+    True
+    >>> same_plan({"actor": "0-1", "rollout": 2}, {"rollout": 0, "actor": "1-2"}, ClusterShape(1, 3))
+    True
+    >>> same_plan({"actor": "0-1", "rollout": 2}, {"rollout": "0-1", "actor": 2}, ClusterShape(1, 3))
+    False
+    """
+    return layout_key(plan_placement(a, shape)) == layout_key(plan_placement(b, shape))
+
+
+class _ConfigCheck:
+    """The config's verdict on a candidate: its knobs set (one typed parse per combination of
+    knobs) and its placement checked as a run checks it before Ray."""
+
+    def __init__(self, run: LoadedRun, shape: ClusterShape) -> None:
+        self.run, self.shape = run, shape
+        self._parsed: dict[tuple, object] = {}
+
+    def refusal(self, cand: Candidate) -> str | None:
+        knobs = {k: v for k, v in cand.settings(self.run.workflow).items() if k != "cluster.component_placement"}
+        key = tuple(sorted((k, repr(v)) for k, v in knobs.items()))
+        if key not in self._parsed:
+            raw = copy.deepcopy(self.run.raw)
+            for name, value in knobs.items():
+                set_dotted(raw, name, value)
+            try:
+                self._parsed[key] = self.run.recipe.config_cls.from_dict(raw, check_paths=False)
+            except ConfigError as exc:
+                self._parsed[key] = str(exc)
+        cfg = self._parsed[key]
+        if isinstance(cfg, str):
+            return f"the config refuses its settings: {cfg}"
+        cluster = dataclasses.replace(cfg.cluster, component_placement=dict(cand.placement))
+        try:
+            cfg.check_against_plan(cluster.plan(self.shape))
+        except ConfigError as exc:
+            return f"the config refuses it: {exc}"
+        return None
+
+
+def rank(run: LoadedRun, profile: Profile, shape: ClusterShape) -> Search:
+    """Search every placement of ``run`` on ``shape`` with ``profile`` (its ``samples_per_step``
+    filled in) and keep the ranked ones the config accepts.
+
+    Raises:
+        ProfileError: the core's refusals (a role placed but not profiled or the reverse, a role
+            larger than one accelerator, no candidate that fits in memory), and no candidate the
+            config accepts.
+    """
+    workflow = run.workflow
+    written = run.raw["cluster"]["component_placement"]
+    placement = used_placement(written, workflow)
+    for role in profile.roles:
+        if role not in workflow.roles() and any(role in [n.strip() for n in str(k).split(",")] for k in written):
+            raise ProfileError(f"profile.roles.{role}", f"the config places {role!r} but its {run.recipe.name} step "
+                               "does not use it (the recipe's placement_workflow leaves it out); leave its figures out")
+    core = plan_search(workflow, profile, shape, current=placement, current_lookahead=workflow.lookahead_now,
+                       current_stages=workflow.pipeline_stages_now)
+    check = _ConfigCheck(run, shape)
+    ranked: list[Ranked] = []
+    refused: list[tuple[Ranked, str]] = []
+    for r in core.ranked:
+        why = check.refusal(r.candidate)
+        if why is None:
+            ranked.append(r)
+        else:
+            refused.append((r, why))
+    dropped = tuple(sorted(((r, r.dropped) for r in core.dropped), key=lambda d: d[0].peak_gib)) + tuple(refused)
+    if not ranked:
+        first = refused[0] if refused else None
+        raise ProfileError("cluster.component_placement", f"the config refuses every placement that fits "
+                           f"({len(refused)}); the fastest: {first[0].candidate.label()}: {first[1]}")
+    current, current_rank, note = core.current, None, ""
+    if current is None:
+        note = "does not fit this cluster"
+    elif current.prediction is None:
+        note = f"does not fit in memory: {current.dropped}"
+    else:
+        own = (current.candidate.lookahead, current.candidate.pipeline_stages,
+               layout_key(plan_placement(current.candidate.placement, shape)))
+        for i, r in enumerate(ranked):
+            c = r.candidate
+            if (c.lookahead, c.pipeline_stages) == own[:2] and layout_key(plan_placement(c.placement, shape)) == own[2]:
+                current_rank = i + 1
+                break
+        else:
+            why = check.refusal(current.candidate)
+            note = (f"refused by the config on this cluster: {why.split(': ', 1)[1]}" if why
+                    else "not one the search enumerates (shown apart)")
+    return Search(tuple(ranked), dropped, current, current_rank, note, core)
