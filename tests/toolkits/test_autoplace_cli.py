@@ -248,7 +248,10 @@ def test_figures_for_a_placed_role_the_step_does_not_use_are_refused(capsys, tmp
 def test_other_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
     dup = tmp_path / "dup.yaml"
     dup.write_text(PROFILE.read_text() + "offload_s: 1.0\n")
+    own = tmp_path / "own.yaml"
+    own.write_text(Path(TOY).read_text())
     cases = [
+        ((own, "--profile", PROFILE, "--out", own), "that is the config itself"),
         ((TINY, "--profile", dup), "key 'offload_s' is given on lines"),
         ((TINY,), "--profile P.yaml is required"),
         ((TINY, "--profile", PROFILE, "--top", 0), "--top"),
@@ -264,4 +267,5 @@ def test_other_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
         rc, out, err = cli(capsys, *argv)
         assert (rc, out) == (2, ""), argv
         assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, (argv, err)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dup.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dup.yaml", "own.yaml"]
+    assert own.read_text() == Path(TOY).read_text()

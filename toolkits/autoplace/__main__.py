@@ -1,5 +1,12 @@
 """``python -m toolkits.autoplace CONFIG --profile P.yaml``: rank every placement of a config's roles
-by predicted step time (see the package docstring for the usage and an example).
+by predicted step time (the package docstring says what each flag does).
+
+Example (from the repository root; the profile is a hand-written illustration)::
+
+    python -m toolkits.autoplace examples/math/config/grpo_tiny_disaggregated.yaml \
+        --profile toolkits/autoplace/profiles/grpo_tiny_cpu.yaml --accelerators-per-node 3 --top 5 \
+        --out /tmp/placed.yaml --png /tmp/timeline.png
+    python examples/math/main_grpo.py --config-path /tmp --config-name placed   # the line it prints
 
 Exit status: 0 with the table (or JSON) on stdout; 2 and one line ``error: ...`` on stderr for any
 bad input (a config, profile or flag; a role placed but not profiled or the reverse; a role larger
@@ -61,8 +68,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def obtain_profile(args: argparse.Namespace, run: LoadedRun) -> tuple[str, Profile]:
-    """``(where from, profile)``: the ``--profile`` file. (``--measure-steps``, a profile measured
-    by running the config, will be the other source.)"""
+    """``(where from, profile)``: the ``--profile`` file.
+
+    The one place a profile comes from: ``--measure-steps K`` (the run layer's profiler, which
+    runs the config K steps) joins here as the other source, returning what it measured."""
     if args.profile is None:
         raise CliError("--profile P.yaml is required: the roles' seconds per sample and memory "
                        "(docs/placement_planner.md gives the form)")
@@ -79,6 +88,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise CliError(f"{flag} {path}: folder {folder} does not exist")
+    if args.out and os.path.exists(args.out) and os.path.samefile(args.out, args.config):
+        raise CliError(f"--out {args.out}: that is the config itself; write the placed config to another file")
 
 
 def run(argv: Sequence[str] | None = None) -> str:
