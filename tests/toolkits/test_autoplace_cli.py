@@ -245,6 +245,21 @@ def test_figures_for_a_placed_role_the_step_does_not_use_are_refused(capsys, tmp
     assert all("inference" not in key for c in data["candidates"] for key in c["placement"])
 
 
+def test_a_candidate_on_which_the_step_would_change_is_dropped(capsys, tmp_path):
+    # DAPO places inference apart (reference log-probs in their own group); on the actor's devices
+    # no inference group starts, so such a candidate is not the step the prediction is of
+    raw = base_profile()
+    raw["roles"]["inference"] = {"seconds_per_sample": 0.004, "memory_gib": 0.6}
+    data = as_json(capsys, ROOT / "examples/math/config/grpo_tiny_dapo.yaml", "--profile",
+                   write_profile(tmp_path, raw), "--accelerators-per-node", 2)
+    shape = ClusterShape(1, 2)
+    changed = [d for d in data["dropped"] if d["dropped"].startswith("the step changes on it")]
+    assert changed and all(plan_placement(d["placement"], shape).mode("actor", "inference").value != "disaggregated"
+                           for d in changed)
+    assert all(plan_placement(c["placement"], shape).mode("actor", "inference").value == "disaggregated"
+               for c in data["candidates"])
+
+
 def test_other_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
     dup = tmp_path / "dup.yaml"
     dup.write_text(PROFILE.read_text() + "offload_s: 1.0\n")

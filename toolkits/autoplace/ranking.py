@@ -2,7 +2,10 @@
 core ranks (:func:`~rlinf.scheduler.autoplace.plan_search`) is also checked the way a run checks
 its placement before Ray (``check_against_plan``: batch sizes that must divide over the
 processes, modes the config needs), with the candidate's knobs set; one the config refuses is
-dropped with the config's one-line reason, so the best row is one the config can run.
+dropped with the config's one-line reason, so the best row is one the config can run. So is one
+on which the recipe's step would use other roles than the step planned (math: an ``inference``
+group placed on the actor's devices does not start; the actor computes the reference log-probs),
+since its prediction would be of a step the run does not take.
 
 Example (the tiny disaggregated math run on its 3 slots; a 3-process actor cannot split the
 256 samples of a step, so the config refuses those candidates):
@@ -133,6 +136,12 @@ class _ConfigCheck:
             cfg.check_against_plan(cluster.plan(self.shape))
         except ConfigError as exc:
             return f"the config refuses it: {exc}"
+        planned = self.run.workflow.roles()
+        step = self.run.recipe.placement_workflow(dataclasses.replace(cfg, cluster=cluster))
+        if step is None or step.roles() != planned:
+            uses = ", ".join(step.roles()) if step is not None else "no step the planner plans"
+            return (f"the step changes on it: the {self.run.recipe.name} step would run {uses} instead of "
+                    f"{', '.join(planned)} (the step planned)")
         return None
 
 
