@@ -10,9 +10,9 @@ contiguous blocks of accelerators, with the recipe's knobs.
 * roles without accelerators go to a CPU-only node group when the cluster has one, else keep
   the placement the config gives them.
 
-Block sizes: any size on a pool of up to 16 accelerators (blocks may leave some unused: on shared
-CPU cores fewer processes can be faster); above that, powers of two and multiples of a node, and
-the blocks use the whole pool.
+Block sizes: any size on a pool of up to 16 accelerators, above that a grid (:func:`_sizes`); the
+blocks use the whole pool, except with ``partial`` on a pool of up to 16 (CPU runs,
+where fewer processes on shared cores can be faster).
 
 Example (2 roles on 2 accelerators):
 
@@ -82,11 +82,22 @@ def _span(first: int, size: int) -> str:
 
 
 def _sizes(n: int, apn: int) -> list[int]:
+    """Block sizes tried on a pool of ``n`` (``apn`` per node): every size up to 16; above, the
+    sizes below a node in powers of two and whole nodes in a x1.5 grid (1, 2, 3, 4, 6, 8, 12, ...
+    nodes) with the pool's remainder after each (so that two blocks can fill it).
+
+    >>> _sizes(4, 4), _sizes(64, 8)
+    ([1, 2, 3, 4], [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64])
+    """
     if n <= SMALL_POOL:
         return list(range(1, n + 1))
-    out = {1 << k for k in range(n.bit_length()) if 1 << k <= n}
-    if apn:
-        out |= set(range(apn, n + 1, apn))
+    unit = apn or 1
+    out = {1 << k for k in range(unit.bit_length()) if 1 << k < unit}
+    m, grid = 1, set()
+    while m * unit <= n:
+        grid.add(m * unit)
+        m = m + 1 if m < 2 else (m * 3 // 2 if m & (m - 1) == 0 else m * 4 // 3)
+    out |= grid | {n - g for g in grid if n - g > 0}
     return sorted(out)
 
 
@@ -120,7 +131,8 @@ def _value(span: str, role: str, per: Mapping[str, int], size: int):
 
 def enumerate_candidates(workflow: Workflow, cluster: ClusterShape, cpu_placement: Mapping[str, object],
                          *, accelerator_roles: tuple[str, ...] | None = None,
-                         processes: Mapping[str, tuple[int, ...]] | None = None) -> list[Candidate]:
+                         processes: Mapping[str, tuple[int, ...]] | None = None,
+                         partial: bool = True, max_block: int | None = None) -> list[Candidate]:
     """Every candidate for ``workflow`` on ``cluster`` (see the module docstring).
 
     Args:
@@ -131,6 +143,10 @@ def enumerate_candidates(workflow: Workflow, cluster: ClusterShape, cpu_placemen
         accelerator_roles: the roles that need accelerators (default: all the workflow's roles not in
             ``cpu_placement``).
         processes: role -> its ``processes_per_accelerator`` options.
+        partial: on a pool of up to 16, also try blocks that leave accelerators unused (worth it
+            where processes share CPU cores; on accelerators of their own, more is not slower).
+        max_block: the largest block a group may get (on CPU: more processes than a few per
+            core only queue for the cores).
     """
     roles = list(accelerator_roles if accelerator_roles is not None
                  else [r for r in workflow.roles() if r not in cpu_placement])
@@ -148,8 +164,10 @@ def enumerate_candidates(workflow: Workflow, cluster: ClusterShape, cpu_placemen
     seen: set[str] = set()
     out: list[Candidate] = []
     for label, n, apn in pools:
-        sizes = _sizes(n, apn)
-        exact = n > SMALL_POOL
+        sizes = [k for k in _sizes(n, apn) if max_block is None or k <= max_block]
+        exact = n > SMALL_POOL or not partial
+        if exact and max_block is not None and max_block * len(roles) < n:
+            exact = False  # the blocks cannot fill the pool: leave the rest unused
         for part in _partitions(roles):
             for layout in _layouts(part, sizes, n, exact):
                 for per in _process_choices(roles, options):

@@ -4,7 +4,10 @@
 profiled but not placed; a role whose memory alone exceeds one accelerator), enumerates the
 candidates (:mod:`.candidates`), drops those that do not fit in memory (saying why), predicts each
 remaining one (:mod:`.simulate`) and ranks them by predicted step time, next to the config's own
-placement.
+placement. With more than :data:`REFINE_TOP` candidates, every one is first simulated coarsely
+(half the pieces, fewer steps) and the fastest :data:`REFINE_TOP` again at full resolution. On a CPU
+profile (``cores_per_node``) blocks may leave slots unused and hold at most
+:data:`CPU_BLOCK_PER_CORE` processes per core.
 
 Memory per accelerator: a shardable role holds ``memory_gib / accelerators it has``, another
 ``memory_gib`` per process on that accelerator; roles without accelerators hold none. With offload
@@ -38,6 +41,12 @@ from rlinf.scheduler.placement.builder import plan_placement
 from rlinf.scheduler.placement.plan import ClusterShape, PlacementPlan
 
 __all__ = ["Ranked", "SearchResult", "check_profile", "peak_memory", "plan_search"]
+
+#: with more candidates than this, all are simulated coarsely first (fewer steps and pieces) and
+#: this many of the fastest again at full resolution
+REFINE_TOP = 40
+#: on a CPU profile, a group gets at most this many processes per core of the cluster
+CPU_BLOCK_PER_CORE = 2
 
 
 @dataclass(frozen=True)
@@ -125,8 +134,8 @@ def _mode(plan: PlacementPlan) -> str:
 
 
 def _evaluate(cand: Candidate, cluster: ClusterShape, profile: Profile, workflow: Workflow,
-              memory_gib: float | None) -> Ranked:
-    plan = plan_placement(cand.placement, cluster)
+              memory_gib: float | None, planner=plan_placement, coarse: bool = False) -> Ranked:
+    plan = planner(cand.placement, cluster)
     peaks = peak_memory(plan, profile, workflow)
     peak = max(peaks.values(), default=0.0)
     mode = _mode(plan)
@@ -135,11 +144,11 @@ def _evaluate(cand: Candidate, cluster: ClusterShape, profile: Profile, workflow
         return Ranked(cand, None, peak, mode, f"needs {gib:.1f} GiB on node {node} accelerator {acc}, "
                                               f"which has {memory_gib:g}")
     return Ranked(cand, predict(plan, profile, workflow, lookahead=cand.lookahead,
-                                pipeline_stages=cand.pipeline_stages), peak, mode)
+                                pipeline_stages=cand.pipeline_stages, coarse=coarse), peak, mode)
 
 
 def plan_search(workflow: Workflow, profile: Profile, cluster: ClusterShape, *, current: Mapping[str, object],
-                current_lookahead: int = 0, current_stages: int = 1) -> SearchResult:
+                current_lookahead: int = 0, current_stages: int = 1, planner=plan_placement) -> SearchResult:
     """Rank every candidate (see the module docstring).
 
     Args:
@@ -148,11 +157,14 @@ def plan_search(workflow: Workflow, profile: Profile, cluster: ClusterShape, *, 
         cluster: the shape to plan for (the caller resolves profile vs config vs flags).
         current: the config's ``cluster.component_placement``.
         current_lookahead, current_stages: the config's own knobs.
+        planner: ``(placement, cluster) -> PlacementPlan`` for every candidate and the current one
+            (default :func:`~rlinf.scheduler.placement.plan_placement`; a ``cluster.backend: local``
+            run passes one that folds each group to one process, as that backend runs it).
 
     Raises:
         ProfileError: see :func:`check_profile`; no candidate fits in memory.
     """
-    current_plan = plan_placement(current, cluster) if _fits(current, cluster) else None
+    current_plan = planner(current, cluster) if _fits(current, cluster) else None
     placed = tuple(current_plan.components) if current_plan else tuple(
         n.strip() for key in current for n in str(key).split(","))
     memory_gib = profile.accelerator_memory_gib
@@ -161,11 +173,18 @@ def plan_search(workflow: Workflow, profile: Profile, cluster: ClusterShape, *, 
            if not profile.roles[name].accelerator}
     options = {name: fig.processes_per_accelerator for name, fig in profile.roles.items()
                if len(fig.processes_per_accelerator) > 1 or fig.processes_per_accelerator != (1,)}
-    cands = enumerate_candidates(workflow, cluster, cpu, processes=options)
+    cores = profile.cores_per_node
+    cands = enumerate_candidates(workflow, cluster, cpu, processes=options, partial=cores is not None,
+                                 max_block=CPU_BLOCK_PER_CORE * cores * cluster.num_nodes if cores else None)
     ranked, dropped = [], []
+    coarse = len(cands) > REFINE_TOP
     for cand in cands:
-        r = _evaluate(cand, cluster, profile, workflow, memory_gib)
+        r = _evaluate(cand, cluster, profile, workflow, memory_gib, planner, coarse=coarse)
         (ranked if r.prediction else dropped).append(r)
+    if coarse:  # the closest REFINE_TOP again at full resolution
+        ranked.sort(key=lambda r: (r.prediction.step_s, r.candidate.label()))
+        ranked[:REFINE_TOP] = [_evaluate(r.candidate, cluster, profile, workflow, memory_gib, planner)
+                               for r in ranked[:REFINE_TOP]]
     if not ranked:
         worst = min(dropped, key=lambda r: r.peak_gib, default=None)
         why = (f"; the smallest need is {worst.peak_gib:.1f} GiB per accelerator ({worst.candidate.label()})"
@@ -176,7 +195,7 @@ def plan_search(workflow: Workflow, profile: Profile, cluster: ClusterShape, *, 
     cur = None
     if current_plan is not None:
         own = Candidate(dict(current), current_lookahead, current_stages)
-        cur = _evaluate(own, cluster, profile, workflow, memory_gib)
+        cur = _evaluate(own, cluster, profile, workflow, memory_gib, planner)
     return SearchResult(tuple(ranked), tuple(dropped), cur)
 
 

@@ -45,6 +45,7 @@ synchronous, the actor's first piece overlaps the rollout's second: 1 + 1 + 0.5 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -111,10 +112,13 @@ def _shared(a: _Role, b: _Role) -> tuple:
 
 
 def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookahead: int = 0,
-            pipeline_stages: int = 1) -> Prediction:
-    """The predicted step of ``plan`` (see the module docstring)."""
+            pipeline_stages: int = 1, coarse: bool = False) -> Prediction:
+    """The predicted step of ``plan`` (see the module docstring); ``coarse``: a cheaper estimate for
+    screening many candidates (half the pieces, ``6 + 3 x lookahead`` steps, loops of 8 rounds)."""
+    if coarse:
+        workflow = dataclasses.replace(workflow, chunks=max(1, workflow.chunks // 2))
     roles = {name: _role(name, plan, profile) for name in workflow.roles()}
-    steps = 10 + 5 * lookahead
+    steps = 6 + 3 * lookahead if coarse else 10 + 5 * lookahead
     tasks: list[Task] = []
     sync_name = {}
     trainer = roles[workflow.trainer]
@@ -148,7 +152,7 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
                 prev_out, prev_roles = out, (role,)
             else:
                 out = _loop(item, roles, prev_out, prev_roles, entry, gate, workflow, pipeline_stages, offload, t,
-                            tasks, last_piece)
+                            tasks, last_piece, 8 if coarse else MAX_LOOP_ROUNDS)
                 prev_out, prev_roles = out, tuple(roles[r] for r in item.roles)
         sync_devices = trainer.devices[1:] + tuple(d for r in workflow.receivers for d in roles[r].devices[1:])
         name = f"s{t}/sync"
@@ -166,7 +170,7 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
             switch_backs.add(f"s{t}/switch-back")
     times = simulate(tasks, {n: float(profile.cores_per_node) for n in range(plan.cluster.num_nodes)}
                      if profile.cores_per_node else None)
-    tail = 2 + lookahead  # the last steps end without the next ones competing: not measured
+    tail = (1 if coarse else 2) + lookahead  # the last steps end without the next ones competing: not measured
     half = (steps - tail) // 2
     last_step = steps - 1 - tail
     t0, t1 = times[sync_name[last_step - half]][1], times[sync_name[last_step]][1]
@@ -218,9 +222,9 @@ def _wait(role: _Role, out: list[str], t: int, tasks: list[Task]) -> list[str]:
 
 
 def _loop(item: Loop, roles, prev_out, prev_roles, entry, gate, workflow, groups, offload, t, tasks,
-          last_piece) -> list[str]:
+          last_piece, max_rounds) -> list[str]:
     env, policy = roles[item.roles[0]], roles[item.roles[1]]
-    rounds = max(1, min(item.iterations, MAX_LOOP_ROUNDS))
+    rounds = max(1, min(item.iterations, max_rounds))
     deps_for = _link(prev_out, prev_roles, (env, policy), offload, t, tasks)
     out = []
     for g in range(groups):
