@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rlinf.config.root import RootConfig
+from rlinf.runners.autoplace_profile import StepMeter, advise, config_hint
 from rlinf.runners.launch import open_logger, start_cluster
 from rlinf.runners.memory_check import check_before_ray
 from rlinf.runners.recovery import Recovery, run_with_recovery, runner_recovery, with_resume_dir
@@ -159,16 +160,22 @@ def task_type_of(raw: Any) -> Any:
     return runner.get("task_type") if isinstance(runner, Mapping) else None
 
 
-def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
+def run_recipe(recipe: Recipe, raw: Any, print_fn: Callable = print, *, profile_path: str | None = None,
+               config: str | None = None) -> dict[str, float]:
     """Run ``recipe`` on ``raw`` (a Hydra ``DictConfig`` or a plain dict) under
     ``runner.recover_mode`` (:func:`~rlinf.runners.recovery.run_with_recovery`). Returns the
     runner's summary (``steps`` and, when it evaluates, ``val/first_<metric>`` /
-    ``val/last_<metric>``)."""
-    return run_with_recovery(recipe, raw, lambda plain: run_once(recipe, plain, print_fn), print_fn)
+    ``val/last_<metric>``). ``profile_path`` / ``config``: where the measured placement profile
+    goes (default ``<run dir>/autoplace_profile.yaml``) and the config file the advice names
+    (default: the Hydra entry's; :func:`~rlinf.runners.autoplace_profile.advise`)."""
+    return run_with_recovery(recipe, raw, lambda plain: run_once(recipe, plain, print_fn, profile_path=profile_path,
+                                                                 config=config), print_fn)
 
 
-def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, float]:
-    """One attempt: checks before Ray, cluster, logger, groups, runner, fit, shutdown."""
+def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print, *, profile_path: str | None = None,
+             config: str | None = None) -> dict[str, float]:
+    """One attempt: checks before Ray, cluster, logger, groups, runner, fit, the measured phase
+    times and the placement advice (:func:`~rlinf.runners.autoplace_profile.advise`), shutdown."""
     start = recipe.prepare(raw)
     check_before_ray(recipe, start.cfg, print_fn, start=start)  # cluster.memory_check, before Ray
     cluster, plan = start_cluster(start.cfg, print_fn)
@@ -179,7 +186,11 @@ def run_once(recipe: Recipe, raw: Any, print_fn: Callable = print) -> dict[str, 
     try:
         groups = recipe.launch(start, cluster, plan, print_fn)
         runner = recipe.build_runner(start, groups, logger, print_fn)
-        return runner.run(print_fn)
+        runner.step_meter = meter = StepMeter(cluster)
+        summary = runner.run(print_fn)
+        advise(recipe, raw, start.cfg, plan, cluster.shape, meter, getattr(runner, "run_dir", None), print_fn,
+               config=config or config_hint(), profile_path=profile_path)
+        return summary
     except OutOfMemoryError as exc:  # the one line says how far the run got
         exc.steps_done = getattr(runner, "step", None)
         raise

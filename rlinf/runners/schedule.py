@@ -92,6 +92,8 @@ class ScheduledRunner:
     step: int
     total_steps: int
     history: list[dict[str, float]]
+    #: measures each training step (set by the run layer: :class:`~rlinf.runners.autoplace_profile.StepMeter`)
+    step_meter = None
 
     def train_step(self) -> dict[str, float]:
         """One training step; advances ``self.step`` and returns its metrics."""
@@ -147,8 +149,13 @@ class ScheduledRunner:
             self.record({"step": 0.0, **self.validate()})
         with tqdm(total=self.total_steps, initial=self.step, desc=s.label, unit="step",
                   dynamic_ncols=True) as bar:
+            meter = self.step_meter
             while self.step < self.total_steps:
+                if meter is not None:
+                    meter.begin()
                 metrics = self.train_step()
+                if meter is not None:
+                    meter.end()
                 metrics["time/elapsed"] = time.monotonic() - started  # wall time since the fit began
                 out_of_time = s.max_seconds is not None and time.monotonic() - started >= s.max_seconds
                 last = self.step == self.total_steps or out_of_time

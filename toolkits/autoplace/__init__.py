@@ -6,6 +6,7 @@ simulation predicts from a profile of the roles, next to the config's own placem
 
     python -m toolkits.autoplace CONFIG --profile P.yaml [--nodes N --accelerators-per-node M]
                                  [--top K] [--json] [--out placed.yaml] [--png timeline.png]
+    python -m toolkits.autoplace CONFIG --measure-steps K [--profile P.yaml] [...]
 
 * the table: rank (``*`` marks the config's own placement), placement, mode, predicted seconds per
   step, predicted speed-up over the config's own placement, the bottleneck role, peak memory per
@@ -14,7 +15,11 @@ simulation predicts from a profile of the roles, next to the config's own placem
 * ``--json``: the same for every candidate, dropped ones with their reason;
 * ``--out placed.yaml``: the config with the best placement and knobs, self-contained (a
   ``defaults:`` list composed in), checked by reading it back; the command that runs it is printed;
-* ``--png``: the predicted step of the best and of the config's own placement, one above the other.
+* ``--png``: the predicted step of the best and of the config's own placement, one above the other;
+* ``--measure-steps K``: first run K training steps of the config as placed (no validation, no
+  checkpoints; :func:`rlinf.runners.autoplace_measure.measure_profile`), write the profile they
+  measure (to ``--profile``, default ``<runner.output_dir>/<runner.experiment_name>/autoplace_profile.yaml``)
+  and plan with it.
 
 The cluster planned for: ``--nodes`` / ``--accelerators-per-node``, else the profile's ``nodes`` /
 ``accelerators_per_node``, else the config's ``cluster:`` (its ``node_groups`` always). The samples

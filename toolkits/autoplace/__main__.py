@@ -11,7 +11,8 @@ Example (from the repository root; the profile is a hand-written illustration)::
 Exit status: 0 with the table (or JSON) on stdout; 2 and one line ``error: ...`` on stderr for any
 bad input (a config, profile or flag; a role placed but not profiled or the reverse; a role larger
 than one accelerator; a cluster where nothing fits; a run kind the planner does not plan).
-Nothing is started: no Ray, no worker, no model.
+Nothing is started: no Ray, no worker, no model — unless ``--measure-steps K`` asks for a measuring
+run first, which fails as the run would (a config error exit 2, a worker's failure exit 1, one line).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ __all__ = ["main", "run"]
 DEFAULT_TOP = 10
 
 
+class RunFailed(Exception):
+    """The measuring run failed in a worker: one line, exit 1 (as the run's own entry)."""
+
+
 class _Parser(argparse.ArgumentParser):
     """A usage error is one ``error:`` line (exit 2), like every other bad input."""
 
@@ -53,7 +58,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                      description="Rank the placements of a config's roles by predicted step time.")
     parser.add_argument("config", metavar="CONFIG.yaml", help="the run's config (Hydra defaults are composed)")
     parser.add_argument("--profile", metavar="P.yaml", help="the roles' figures (docs/placement_planner.md)")
-    # --measure-steps K (measure a profile by running K steps) is the run layer's: it joins here
+    parser.add_argument("--measure-steps", type=_top, metavar="K",
+                        help="first run K training steps of the config as placed (no validation, no checkpoints) "
+                             "and plan with the profile they measure, written to --profile P.yaml (default: "
+                             "<runner.output_dir>/<runner.experiment_name>/autoplace_profile.yaml)")
     parser.add_argument("--nodes", type=_flag_int, metavar="N", help="nodes to plan for (wins over the profile's "
                         "and the config's)")
     parser.add_argument("--accelerators-per-node", type=_flag_int, metavar="M",
@@ -68,10 +76,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def obtain_profile(args: argparse.Namespace, run: LoadedRun) -> tuple[str, Profile]:
-    """``(where from, profile)``: the ``--profile`` file.
+    """``(where from, profile)``: the ``--profile`` file, or with ``--measure-steps K`` the profile
+    K steps of the config measure (:func:`~rlinf.runners.autoplace_measure.measure_profile`; the
+    run's own lines go to stderr). A run that fails fails as a run does: a config error is one
+    line (exit 2), a worker that raised or died one line with the log's path (:class:`RunFailed`,
+    exit 1)."""
+    if args.measure_steps is not None:
+        # lazy: the run layer (torch, the workers) only when measuring
+        from rlinf.runners.autoplace_measure import measure_profile
+        from rlinf.runners.autoplace_profile import PROFILE_FILE
+        from rlinf.runners.entry import one_line, write_error_log
+        from rlinf.scheduler.errors import SchedulerError
 
-    The one place a profile comes from: ``--measure-steps K`` (the run layer's profiler, which
-    runs the config K steps) joins here as the other source, returning what it measured."""
+        runner = run.cfg.runner
+        out = args.profile or os.path.join(runner.output_dir, runner.experiment_name, PROFILE_FILE)
+        try:
+            measure_profile(run.recipe, run.raw, args.measure_steps, out, config=run.path,
+                            print_fn=lambda *a: print(*a, file=sys.stderr))
+        except SchedulerError as exc:
+            raise RunFailed(f"{one_line(exc)} (details: {write_error_log(run.raw, exc)})") from None
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        return out, read_profile(out)
     if args.profile is None:
         raise CliError("--profile P.yaml is required: the roles' seconds per sample and memory "
                        "(docs/placement_planner.md gives the form)")
@@ -137,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; the exit status (0 ok, 2 bad input)."""
     try:
         text = run(argv)
+    except RunFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except (CliError, ConfigError) as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
