@@ -257,7 +257,7 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
     """``(profile mapping, header lines)`` of a measured run (see the module docstring).
 
     Raises:
-        ValueError: no step was measured, or a role of the step made no call.
+        ValueError: no step was measured, or a role of the step finished no call within one.
     """
     steps = run.steps[1:] if len(run.steps) > 1 else list(run.steps)
     if not steps:
@@ -274,7 +274,8 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
         cpus = [max((row[1] for row in s.roles.get(role, {}).values()), default=0.0) for s in steps]
         wall, cpu = sum(walls) / n, sum(cpus) / n
         if wall <= 0:
-            raise ValueError(f"role {role} made no call in the measured steps")
+            raise ValueError(f"role {role} finished no call within a measured step (a call that spans "
+                             "steps, as the fully_async rollout's stream, cannot be timed per step)")
         figures: dict[str, Any] = {}
         busy, wait, threads = wall, 0.0, 1.0
         if on_cpu:
