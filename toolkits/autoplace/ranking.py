@@ -18,8 +18,8 @@ Example (the tiny disaggregated math run on its 3 slots; a 3-process actor canno
     ...     "weight_sync_s": 0.1, "roles": {r: {"seconds_per_sample": s, "memory_gib": 1} for r, s in
     ...     (("rollout", 0.02), ("reward", 0.001), ("actor", 0.01))}}), run.workflow)
     >>> search = rank(run, prof, resolve_cluster(run, prof, None, None).shape)
-    >>> search.ranked[0].candidate.label(), search.current_rank, search.ranked[18].candidate.label()
-    ('actor: 1-2, reward: 0, rollout: 0-2', 19, 'actor: 1-2, rollout,reward: 0')
+    >>> search.ranked[0].candidate.label(), search.current_rank, search.ranked[7].candidate.label()
+    ('actor: 1-2, reward: 0, rollout: 0-2', 8, 'actor: 1-2, rollout,reward: 0')
     >>> search.dropped[0][1].split(": ")[1]
     'data.rollout_batch_size'
 """
