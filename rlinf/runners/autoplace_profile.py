@@ -8,9 +8,12 @@ advice at the end of every run.
 * :func:`build_profile`: a profile (a mapping :func:`~rlinf.scheduler.autoplace.parse_profile`
   accepts; every key it writes is one the planner reads) from the measured steps, the recipe's
   memory estimate and the cluster, with header lines saying what was measured and what assumed.
-* :func:`advise`: what every run prints at its end (the measured phase times; one line with a
-  placement the planner predicts >= 15 % faster and the command that checks it) and the profile it
-  writes to ``<run dir>/autoplace_profile.yaml``; it never fails a run (a one-line note instead).
+* :func:`advise`: what every run prints at its end (the measured phase times; on Ray, one line
+  with a placement the planner predicts >= 15 % faster and the command that checks it,
+  :func:`advice_line`) and the profile it writes to ``<run dir>/autoplace_profile.yaml``; it never
+  fails a run (a one-line note instead). A local-backend run gets no advice: its groups are
+  threads of one Python process, which the planner does not model (measured: the placement it
+  advised for a tiny local math run was slower than the one it replaced).
 * :func:`rlinf.runners.autoplace_measure.measure_profile` (``python -m toolkits.autoplace CONFIG
   --measure-steps K``): K steps of the config as placed, no validation or checkpoints, then the profile.
 * :func:`used_placement`: a config's placement without the roles its step does not use.
@@ -59,7 +62,7 @@ from rlinf.scheduler.memory import GIB
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, plan_placement
 from rlinf.scheduler.placement.fold import fold_to_one_process
 
-__all__ = ["ADVICE_SPEEDUP", "PROFILE_FILE", "StepMeter", "StepRecord", "advise", "build_profile",
+__all__ = ["ADVICE_SPEEDUP", "PROFILE_FILE", "StepMeter", "StepRecord", "advice_line", "advise", "build_profile",
            "used_placement", "write_profile"]
 
 #: the profile every planned run writes into its run folder
@@ -406,6 +409,19 @@ def config_hint() -> str:
         return "CONFIG"
 
 
+def advice_line(result, accepted: Callable, config: str, profile_path: str) -> str | None:
+    """The advice line for a search ``result`` (:func:`~rlinf.scheduler.autoplace.plan_search` on
+    the run's own profile): the fastest candidate the config ``accepted`` when it is predicted at
+    least :data:`ADVICE_SPEEDUP` x faster than the run's own placement; None otherwise."""
+    best = next((r for r in result.ranked if accepted(r)), None)
+    speedup = result.speedup(best) if best is not None else None
+    if speedup is None or speedup < ADVICE_SPEEDUP:
+        return None
+    return (f"[rlinf] placement advice: {best.candidate.label()} ({best.mode}) is predicted {speedup:.2f}x "
+            f"faster ({best.prediction.step_s:.3g} s per step, bottleneck {best.prediction.bottleneck}); "
+            f"check: python -m toolkits.autoplace {config} --profile {profile_path}")
+
+
 def advise(recipe: Any, raw: Mapping, cfg: Any, plan: PlacementPlan, shape: ClusterShape, meter: StepMeter,
            run_dir: str | None, print_fn: Callable = print, config: str | None = None,
            profile_path: str | None = None) -> str | None:
@@ -437,17 +453,17 @@ def advise(recipe: Any, raw: Mapping, cfg: Any, plan: PlacementPlan, shape: Clus
                              current_stages=workflow.pipeline_stages_now, planner=_planner(cfg))
         predicted = (f"; predicted for this placement {result.current.prediction.step_s:.3g} s"
                      if result.current is not None and result.current.prediction is not None else "")
+        local = cfg.cluster.backend == "local"
         print_fn(f"[rlinf] measured per step ({span}): {measured:.3g} s; busy: {busy}; weight sync "
                  f"{profile.weight_sync_s:.3g} s, phase switches {profile.offload_s:.3g} s each, driver "
-                 f"{profile.driver_s_per_step:.3g} s{predicted}")
-        best = next((r for r in result.ranked if _accepted(raw, recipe, r.candidate.settings(workflow), shape)), None)
-        speedup = result.speedup(best) if best is not None else None
-        if speedup is not None and speedup >= ADVICE_SPEEDUP:
-            where = path or f"<run dir>/{PROFILE_FILE}"
-            print_fn(f"[rlinf] placement advice: {best.candidate.label()} ({best.mode}) is predicted "
-                     f"{speedup:.2f}x faster ({best.prediction.step_s:.3g} s per step, bottleneck "
-                     f"{best.prediction.bottleneck}); check: python -m toolkits.autoplace {config or 'CONFIG'} "
-                     f"--profile {where}")
+                 f"{profile.driver_s_per_step:.3g} s{predicted}"
+                 + ("; no placement advice on the local backend (its groups are threads of one process, "
+                    "which the planner does not model)" if local else ""))
+        line = None if local else advice_line(
+            result, lambda r: _accepted(raw, recipe, r.candidate.settings(workflow), shape),
+            config or "CONFIG", path or f"<run dir>/{PROFILE_FILE}")
+        if line is not None:
+            print_fn(line)
         return path
     except Exception as exc:  # noqa: BLE001 - the advice never fails a run
         print_fn(f"[rlinf] note: no placement advice: {' '.join(str(exc).split()) or type(exc).__name__}")
