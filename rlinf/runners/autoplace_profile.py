@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlinf.scheduler.autoplace import Loop, Stage, Workflow, parse_profile, plan_search
+from rlinf.scheduler.autoplace import Loop, Stage, Workflow, parse_profile, plan_search, predict
 from rlinf.scheduler.memory import GIB
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, plan_placement
 from rlinf.scheduler.placement.fold import fold_to_one_process
@@ -449,11 +449,16 @@ def advise(recipe: Any, raw: Mapping, cfg: Any, plan: PlacementPlan, shape: Clus
         measured = sum(s.wall_s for s in steps) / len(steps)
         span = "step 1" if len(meter.steps) == 1 else f"steps 2-{len(meter.steps)}"
         current = used_placement(cfg.cluster.component_placement, workflow)
-        result = plan_search(workflow, profile, shape, current=current, current_lookahead=workflow.lookahead_now,
-                             current_stages=workflow.pipeline_stages_now, planner=_planner(cfg))
-        predicted = (f"; predicted for this placement {result.current.prediction.step_s:.3g} s"
-                     if result.current is not None and result.current.prediction is not None else "")
         local = cfg.cluster.backend == "local"
+        if local:  # no advice there (below): only the run's own placement is predicted
+            own = predict(_planner(cfg)(current, shape), profile, workflow, lookahead=workflow.lookahead_now,
+                          pipeline_stages=workflow.pipeline_stages_now)
+            result, predicted = None, f"; predicted for this placement {own.step_s:.3g} s"
+        else:
+            result = plan_search(workflow, profile, shape, current=current, current_lookahead=workflow.lookahead_now,
+                                 current_stages=workflow.pipeline_stages_now, planner=_planner(cfg))
+            predicted = (f"; predicted for this placement {result.current.prediction.step_s:.3g} s"
+                         if result.current is not None and result.current.prediction is not None else "")
         print_fn(f"[rlinf] measured per step ({span}): {measured:.3g} s; busy: {busy}; weight sync "
                  f"{profile.weight_sync_s:.3g} s, phase switches {profile.offload_s:.3g} s each, driver "
                  f"{profile.driver_s_per_step:.3g} s{predicted}"
