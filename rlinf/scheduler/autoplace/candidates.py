@@ -145,8 +145,8 @@ def enumerate_candidates(workflow: Workflow, cluster: ClusterShape, cpu_placemen
         processes: role -> its ``processes_per_accelerator`` options.
         partial: on a pool of up to 16, also try blocks that leave accelerators unused (worth it
             where processes share CPU cores; on accelerators of their own, more is not slower).
-        max_block: the largest block a group may get (on CPU: more processes than a few per
-            core only queue for the cores).
+        max_block: the most accelerators (slots) all groups together may use (on CPU: more
+            processes than a few per core only queue for the cores).
     """
     roles = list(accelerator_roles if accelerator_roles is not None
                  else [r for r in workflow.roles() if r not in cpu_placement])
@@ -164,10 +164,10 @@ def enumerate_candidates(workflow: Workflow, cluster: ClusterShape, cpu_placemen
     seen: set[str] = set()
     out: list[Candidate] = []
     for label, n, apn in pools:
-        sizes = [k for k in _sizes(n, apn) if max_block is None or k <= max_block]
         exact = n > SMALL_POOL or not partial
-        if exact and max_block is not None and max_block * len(roles) < n:
-            exact = False  # the blocks cannot fill the pool: leave the rest unused
+        if max_block is not None and max_block < n:
+            n, exact = max_block, False  # use at most max_block slots: leave the rest unused
+        sizes = _sizes(n, apn)
         for part in _partitions(roles):
             for layout in _layouts(part, sizes, n, exact):
                 for per in _process_choices(roles, options):

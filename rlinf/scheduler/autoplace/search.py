@@ -6,8 +6,8 @@ candidates (:mod:`.candidates`), drops those that do not fit in memory (saying w
 remaining one (:mod:`.simulate`) and ranks them by predicted step time, next to the config's own
 placement. With more than :data:`REFINE_TOP` candidates, every one is first simulated coarsely
 (half the pieces, fewer steps) and the fastest :data:`REFINE_TOP` again at full resolution. On a CPU
-profile (``cores_per_node``) blocks may leave slots unused and hold at most
-:data:`CPU_BLOCK_PER_CORE` processes per core.
+profile (``cores_per_node``) blocks may leave slots unused, and all of them together use at most
+:data:`CPU_BLOCK_PER_CORE` slots per core.
 
 Memory per accelerator: a shardable role holds ``memory_gib / accelerators it has``, another
 ``memory_gib`` per process on that accelerator; roles without accelerators hold none. With offload
@@ -45,7 +45,7 @@ __all__ = ["Ranked", "SearchResult", "check_profile", "peak_memory", "plan_searc
 #: with more candidates than this, all are simulated coarsely first (fewer steps and pieces) and
 #: this many of the fastest again at full resolution
 REFINE_TOP = 40
-#: on a CPU profile, a group gets at most this many processes per core of the cluster
+#: on a CPU profile, the candidates use at most this many slots per core of the cluster
 CPU_BLOCK_PER_CORE = 2
 
 
