@@ -27,9 +27,12 @@ first is warm-up: model loads, compilation, allocator growth):
   and offload calls left out. On a CPU run busy is CPU seconds (contention for the cores is the
   simulator's to model, not part of the work) and units are processes; on GPUs busy is wall
   seconds and units are accelerators.
-* ``wait_s_per_step`` (CPU runs, roles of a ``Stage``): wall minus CPU seconds of the role's calls
-  when it is at least 5 % of the wall: waiting that is not computing (tool calls, I/O, a
-  sandbox subprocess). A loop's roles (env and policy) wait for each other inside their calls,
+* ``wait_s_per_step`` (CPU runs, roles of a ``Stage`` the recipe names in
+  ``Workflow.external_waits``): wall minus CPU seconds of the role's calls when it is at least 5 %
+  of the wall: waiting that is not computing (tool calls, I/O, a sandbox subprocess). Other roles'
+  wall minus CPU is waiting for cores or for their other ranks (a collective), which the
+  simulation models; measured on the tiny math run it was 0.66 s a step for the actor, and counted
+  as waiting it put every candidate 0.66 s slow. A loop's roles (env and policy) wait for each other inside their calls,
   which is the simulation's own business, so they get none. It also holds time the role's threads
   waited for a core, so measure on a quiet machine.
 * ``threads_per_process``: CPU over wall seconds when a process keeps more than one core busy
@@ -286,7 +289,7 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
                 threads = cpu / wall
             else:
                 busy = max(cpu, 1e-6)
-                if role in stage_roles and wall - cpu >= WAIT_SHARE * wall:
+                if role in stage_roles and role in wf.external_waits and wall - cpu >= WAIT_SHARE * wall:
                     wait = wall - cpu
         units = _units(plan, role, on_cpu)
         figures["seconds_per_sample"] = _fig(max(busy * units / samples, 1e-9))
@@ -339,8 +342,9 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
         + ("CPU seconds of its busiest process (units: processes)" if on_cpu
            else "wall seconds of its busiest rank (units: accelerators)")
         + "; weight sync and offload calls left out",
-        "wait_s_per_step: " + ("wall minus CPU seconds of a stage role's calls where >= 5 % of its wall (tool calls,"
-                               " I/O; includes waiting for a core)" if on_cpu else "not measured on GPUs (0)"),
+        "wait_s_per_step: " + ("wall minus CPU seconds of the calls of a role the recipe says waits outside the run "
+                               "(tools, I/O), where >= 5 % of its wall; includes waiting for a core"
+                               if on_cpu else "not measured on GPUs (0)"),
         "memory_gib: the recipe's estimate of the role alone on one accelerator; shardable: weights shrink per rank",
         f"weight_sync_s: the longest sync call per step; offload_s: {offload_how}",
         "driver_s_per_step: the driver thread's CPU seconds per step (the simulator puts it before the sync)",

@@ -5,6 +5,7 @@ No run (the end-to-end runs: test_autoplace_advice.py, tests/toolkits/test_autop
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -27,7 +28,7 @@ class SizedRecipe:
 
 
 WF = Workflow(flow=(Stage("rollout"), Stage("actor", whole_batch=True)), trainer="actor", receivers=("rollout",),
-              samples_per_step=10)
+              samples_per_step=10, external_waits=("rollout",))  # the rollout waits for tools
 PLAN = plan_placement({"actor,rollout": "0-1"}, ClusterShape(1, 2))
 
 
@@ -43,6 +44,16 @@ def step(scale=1.0):
                       roles={"rollout": {0: [2.0 * scale, 1.4 * scale], 1: [1.5 * scale, 1.2 * scale]},
                              "actor": {0: [1.0 * scale, 2.0 * scale], 1: [0.9 * scale, 1.8 * scale]}},
                       sync_s=0.3 * scale, offload_s=0.8 * scale)
+
+
+def test_only_roles_that_wait_outside_the_run_get_their_wall_minus_cpu():
+    global WF
+    saved, WF = WF, dataclasses.replace(WF, external_waits=())
+    try:
+        profile, _ = measured([step(), step()])
+    finally:
+        WF = saved
+    assert "wait_s_per_step" not in profile["roles"]["rollout"]  # waiting for cores / ranks: simulated
 
 
 def test_a_cpu_profile_from_measured_steps_figure_by_figure():

@@ -13,6 +13,7 @@ are the math run's. ``examples/tool_agent/main.py`` is its Hydra entry.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,12 @@ class ToolAgentRecipe(MathRecipe):
             for tool in build_tools(start.cfg).values():
                 tool.close()
         return start
+
+    def placement_workflow(self, cfg):
+        """The math step (:meth:`MathRecipe.placement_workflow`), whose rollout also waits for its
+        tools (``external_waits``: a measured profile gives it its wall minus CPU seconds)."""
+        workflow = super().placement_workflow(cfg)
+        return None if workflow is None else dataclasses.replace(workflow, external_waits=("rollout",))
 
     def describe(self, start: MathStart, plan) -> list[str]:
         a = start.cfg.agentloop

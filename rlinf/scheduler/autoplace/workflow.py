@@ -60,6 +60,10 @@ class Workflow:
         pipeline_stages: the group counts a loop may use (1: no pipelining).
         pipeline_key: the config key that sets the group count.
         chunks: how many pieces a batch streams in between roles on disjoint devices.
+        external_waits: roles whose calls wait for things outside the run (tool calls, HTTP, a
+            sandbox): a measured profile gives only these a ``wait_s_per_step`` (wall minus CPU
+            seconds); any other role's wall minus CPU is waiting for cores or for other ranks,
+            which the simulation models itself.
         samples_per_step: the config's samples per step (the profile's default).
         lookahead_now, pipeline_stages_now: the config's own depth and group count.
     """
@@ -73,6 +77,7 @@ class Workflow:
     pipeline_stages: tuple[int, ...] = (1,)
     pipeline_key: str | None = None
     chunks: int = 8
+    external_waits: tuple[str, ...] = ()
     samples_per_step: int | None = None
     lookahead_now: int = 0
     pipeline_stages_now: int = 1
