@@ -44,6 +44,17 @@ def test_collocated_roles_take_turns_and_pay_two_phase_switches():
     assert step({"actor,rollout": "0"}, 1, profile(driver_s_per_step=0.25)) == pytest.approx(3.75)
 
 
+def test_a_stage_without_devices_between_collocated_roles_does_not_hide_their_phase_switch():
+    wf = Workflow(flow=(Stage("rollout"), Stage("reward"), Stage("actor")), trainer="actor", receivers=("rollout",),
+                  chunks=2)
+    prof = profile(offload_s=1.0, roles={"rollout": {"seconds_per_sample": 2.0, "memory_gib": 10},
+                                         "reward": {"seconds_per_sample": 0.001, "memory_gib": 0, "accelerator": False},
+                                         "actor": {"seconds_per_sample": 1.0, "memory_gib": 10}})
+    # as without the reward: rollout 2 + switch 1 + actor 1 + sync 0.5 + switch back 1 (the reward
+    # scores each piece as it comes, off the device)
+    assert step({"actor,rollout": "0", "reward": "0"}, 1, prof, wf) == pytest.approx(5.5)
+
+
 def test_disaggregated_roles_stream_pieces_and_lookahead_hides_the_trainer():
     # 2 pieces: rollout [0,1] [1,2]; actor [1,1.5] [2,2.5]; sync [2.5,3] holds both: 3.0 per step
     assert step({"rollout": "0", "actor": "1"}, 2) == pytest.approx(3.0)
@@ -186,3 +197,41 @@ def test_roles_must_match_the_config():
                            "critic": {"seconds_per_sample": 1.0, "memory_gib": 1}})
     with pytest.raises(ProfileError, match="profile.roles.critic: the config has no role 'critic'"):
         plan_search(TWO, extra, ClusterShape(1, 2), current={"actor,rollout": "0-1"})
+
+
+# ---- heterogeneous nodes, per-token figures, modes -----------------------------------------------------
+
+def test_node_groups_bring_their_own_memory_cores_and_speed():
+    from rlinf.scheduler.placement.plan import NodeGroup
+
+    wf = Workflow(flow=(Stage("rollout"), Stage("actor")), trainer="actor", receivers=("rollout",), chunks=1)
+    cluster = ClusterShape(2, 1, (NodeGroup("small", (1,), 1),))
+    prof = parse_profile({"accelerator_memory_gib": 80, "samples_per_step": 1, "offload_s": 0.0, "weight_sync_s": 0.0,
+                          "node_groups": {"small": {"accelerator_memory_gib": 20, "speed": 0.5}},
+                          "roles": {"rollout": {"seconds_per_sample": 2.0, "memory_gib": 30},
+                                    "actor": {"seconds_per_sample": 1.0, "memory_gib": 10}}})
+    small = {"node_group": "small", "placement": "0"}
+    result = plan_search(wf, prof, cluster, current={"rollout": "0", "actor": small})
+    # the rollout (30 GiB) fits only node 0's 80 GiB; the actor on the half-speed node takes 2 s
+    assert result.current.prediction.step_s == pytest.approx(2.0 + 2.0)
+    assert all("small" not in str(r.candidate.placement.get("rollout")) for r in result.ranked)
+    assert any("which has 20" in r.dropped for r in result.dropped)
+    cores = parse_profile({"accelerator_memory_gib": 80, "samples_per_step": 1, "offload_s": 0.0, "weight_sync_s": 0.0,
+                           "cores_per_node": 1, "node_groups": {"small": {"cores_per_node": 4}},
+                           "roles": {"rollout": {"seconds_per_sample": 2.0, "memory_gib": 1},
+                                     "actor": {"seconds_per_sample": 1.0, "memory_gib": 1}}})
+    assert cores.cores_on(cluster, 0) == 1 and cores.cores_on(cluster, 1) == 4
+
+
+def test_measured_sizes_bend_a_per_token_role_too_and_a_cpu_reward_leaves_the_mode_alone():
+    prof = profile(tokens_per_sample=100, roles={
+        "rollout": {"seconds_per_token": 0.02, "memory_gib": 10, "seconds_per_sample_at": {2: 1.6}},
+        "actor": {"seconds_per_sample": 1.0, "memory_gib": 10}})
+    # 2 s per sample from the per-token figure; on 2 accelerators the measured 1.6 s, as in the per-sample test
+    assert step({"rollout": "0-1", "actor": "2"}, 3, prof) == pytest.approx(2.6)
+    wf = Workflow(flow=(Stage("rollout"), Stage("reward"), Stage("actor")), trainer="actor", receivers=("rollout",))
+    cpu_reward = profile(roles={"rollout": {"seconds_per_sample": 2.0, "memory_gib": 10},
+                                "reward": {"seconds_per_sample": 0.01, "memory_gib": 0, "accelerator": False},
+                                "actor": {"seconds_per_sample": 1.0, "memory_gib": 10}})
+    result = plan_search(wf, cpu_reward, ClusterShape(1, 2), current={"rollout,reward": "0", "actor": "1"})
+    assert result.current.mode == "disaggregated"

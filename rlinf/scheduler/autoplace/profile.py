@@ -134,8 +134,10 @@ class RoleFigures:
                                    "per sample; they must agree within 10 %")
         return value
 
-    def speedup(self, n: int) -> float:
-        """How many times faster the role's work goes on ``n`` accelerators than on one.
+    def speedup(self, n: int, base: float | None = None) -> float:
+        """How many times faster the role's work goes on ``n`` accelerators than on one; ``base``:
+        its seconds per sample on one (default ``seconds_per_sample``; pass
+        :meth:`per_sample_s` for a role given per-token or per-env-step figures).
 
         >>> RoleFigures(seconds_per_sample=1.0, memory_gib=1).speedup(4)
         4.0
@@ -145,7 +147,7 @@ class RoleFigures:
         if n <= 1:
             return 1.0
         points = {1: 1.0}
-        base = self.seconds_per_sample if self.seconds_per_sample is not None else None
+        base = base if base is not None else self.seconds_per_sample
         for k, s in sorted((self.seconds_per_sample_at or {}).items()):
             if base is not None and k > 1:
                 points[k] = min(float(k), base / s)
@@ -169,7 +171,7 @@ class RoleFigures:
 
     def seconds_on(self, n: int, profile: Profile) -> float:
         """The role's work per step on ``n`` accelerators (no contention)."""
-        return self.work_s(profile) / self.speedup(n)
+        return self.work_s(profile) / self.speedup(n, self.per_sample_s(profile))
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,20 @@ class Profile:
     def group(self, label: str | None) -> NodeGroupFigures:
         """The figures of node group ``label`` (defaults for ``None`` or an unlisted group)."""
         return self.node_groups.get(label, NodeGroupFigures()) if label else NodeGroupFigures()
+
+    def node_labels(self, cluster) -> dict[int, str]:
+        """Node rank -> its node group's label, for the nodes of ``cluster`` that are in a group."""
+        return {n: g.label for g in cluster.node_groups for n in g.node_ranks}
+
+    def memory_on(self, cluster, node: int) -> float | None:
+        """GiB of one accelerator of ``node`` (its group's figure, else the profile's)."""
+        own = self.group(self.node_labels(cluster).get(node)).accelerator_memory_gib
+        return own if own is not None else self.accelerator_memory_gib
+
+    def cores_on(self, cluster, node: int) -> int | None:
+        """CPU cores of ``node`` (its group's figure, else the profile's ``cores_per_node``)."""
+        own = self.group(self.node_labels(cluster).get(node)).cores_per_node
+        return own if own is not None else self.cores_per_node
 
 
 def parse_profile(raw: object, source: str = "profile") -> Profile:

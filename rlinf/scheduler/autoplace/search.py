@@ -122,8 +122,11 @@ def peak_memory(plan: PlacementPlan, profile: Profile, workflow: Workflow) -> di
     return out
 
 
-def _mode(plan: PlacementPlan) -> str:
-    modes = {m.value for m in plan.modes.values()}
+def _mode(plan: PlacementPlan, profile: Profile) -> str:
+    """collocated / disaggregated / hybrid over the roles that hold accelerators (a rule reward
+    placed beside them does not make a plan hybrid)."""
+    held = {name for name, fig in profile.roles.items() if fig.accelerator}
+    modes = {m.value for (a, b), m in plan.modes.items() if a in held and b in held}
     if not modes:
         return "single"
     if modes == {"collocated"}:
@@ -138,11 +141,13 @@ def _evaluate(cand: Candidate, cluster: ClusterShape, profile: Profile, workflow
     plan = planner(cand.placement, cluster)
     peaks = peak_memory(plan, profile, workflow)
     peak = max(peaks.values(), default=0.0)
-    mode = _mode(plan)
-    if memory_gib is not None and peak > memory_gib:
-        (node, acc), gib = max(peaks.items(), key=lambda kv: kv[1])
+    mode = _mode(plan, profile)
+    over = [(key, gib, cap) for key, gib in sorted(peaks.items())
+            if (cap := profile.memory_on(cluster, key[0])) is not None and gib > cap]
+    if over:
+        (node, acc), gib, cap = max(over, key=lambda o: o[1] - o[2])
         return Ranked(cand, None, peak, mode, f"needs {gib:.1f} GiB on node {node} accelerator {acc}, "
-                                              f"which has {memory_gib:g}")
+                                              f"which has {cap:g}")
     return Ranked(cand, predict(plan, profile, workflow, lookahead=cand.lookahead,
                                 pipeline_stages=cand.pipeline_stages, coarse=coarse), peak, mode)
 
@@ -167,7 +172,8 @@ def plan_search(workflow: Workflow, profile: Profile, cluster: ClusterShape, *, 
     current_plan = planner(current, cluster) if _fits(current, cluster) else None
     placed = tuple(current_plan.components) if current_plan else tuple(
         n.strip() for key in current for n in str(key).split(","))
-    memory_gib = profile.accelerator_memory_gib
+    capacities = [profile.memory_on(cluster, n) for n, k in enumerate(cluster.accelerator_counts()) if k]
+    memory_gib = None if any(c is None for c in capacities) or not capacities else max(capacities)
     check_profile(workflow, profile, placed, memory_gib)
     cpu = {name: _value_of(current, name) for name in placed
            if not profile.roles[name].accelerator}

@@ -12,8 +12,10 @@ The model (docs/placement_planner.md says it with its limits):
 * :class:`~.workflow.Stage` after a producer on disjoint devices: the batch streams in
   ``workflow.chunks`` pieces (a piece starts when the producer has made it), unless the stage is
   ``whole_batch`` (it starts when the producer's last piece is done). On a shared device:
-  the consumer starts after the producer's whole batch, and, when both hold memory and offload is
-  possible (``offload_s`` not null), one phase switch of ``offload_s`` on the shared devices.
+  the consumer starts after the producer's whole batch. Where a stage's devices were last used in
+  the step by other roles that hold memory (the producer, or an earlier stage when one without
+  devices came between, as a rule reward between rollout and actor), and offload is possible
+  (``offload_s`` not null), one phase switch of ``offload_s`` on those devices comes first.
 * :class:`~.workflow.Loop` (env and policy): ``pipeline_stages`` groups, each alternating
   ``iterations`` times (capped at 32 rounds of the same total work); group g's env step may
   overlap group g+1's policy step when the two roles have their own devices.
@@ -103,7 +105,7 @@ def _role(name: str, plan: PlacementPlan, profile: Profile) -> _Role:
     labels = {p.node_group for p in comp.processes}
     speed = min(profile.group(label).speed for label in labels) if labels else 1.0
     devices = tuple(sorted(r for r in accels if r[1] is not None)) if figures.accelerator else ()
-    seconds = figures.work_s(profile) / figures.speedup(units) / speed
+    seconds = figures.work_s(profile) / figures.speedup(units, figures.per_sample_s(profile)) / speed
     return _Role(name, figures, (("role", name),) + devices, units, cores, seconds, figures.memory_gib or 0.0)
 
 
@@ -129,13 +131,14 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
     for t in range(steps):
         prev_out: list[str] | None = None  # names of the previous element's pieces, in order
         prev_roles: tuple[_Role, ...] = ()
+        holders: dict = {}  # device -> (roles, pieces) of the last element that worked on it this step
         gate = sync_name.get(t - 1 - lookahead)
         back = f"s{t - 1}/switch-back"
         entry = [back] if t > 0 and back in switch_backs else []
         for item in workflow.flow:
             if isinstance(item, Stage):
                 role = roles[item.role]
-                deps_for = _link(prev_out, prev_roles, (role,), offload, t, tasks, item.whole_batch)
+                deps_for = _link(prev_out, prev_roles, (role,), offload, t, tasks, holders, item.whole_batch)
                 out = []
                 for c in range(workflow.chunks):
                     deps = list(deps_for(c, workflow.chunks)) if deps_for else list(entry)
@@ -150,10 +153,12 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
                     last_piece[role.name] = name
                 out = _wait(role, out, t, tasks)
                 prev_out, prev_roles = out, (role,)
+                holders.update({d: ((role,), out) for d in role.devices[1:]})
             else:
                 out = _loop(item, roles, prev_out, prev_roles, entry, gate, workflow, pipeline_stages, offload, t,
-                            tasks, last_piece, 8 if coarse else MAX_LOOP_ROUNDS)
+                            tasks, last_piece, 8 if coarse else MAX_LOOP_ROUNDS, holders)
                 prev_out, prev_roles = out, tuple(roles[r] for r in item.roles)
+                holders.update({d: (prev_roles, out) for r in prev_roles for d in r.devices[1:]})
         sync_devices = trainer.devices[1:] + tuple(d for r in workflow.receivers for d in roles[r].devices[1:])
         name = f"s{t}/sync"
         before_sync = tuple(prev_out)
@@ -168,8 +173,8 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
         if shared and offload and trainer is not first and trainer.memory > 0 and first.memory > 0:
             tasks.append(Task(f"s{t}/switch-back", offload, shared, {}, (name,), "switch", "switch", t))
             switch_backs.add(f"s{t}/switch-back")
-    times = simulate(tasks, {n: float(profile.cores_per_node) for n in range(plan.cluster.num_nodes)}
-                     if profile.cores_per_node else None)
+    cores = {n: profile.cores_on(plan.cluster, n) for n in range(plan.cluster.num_nodes)}
+    times = simulate(tasks, {n: float(c) for n, c in cores.items() if c} if profile.cores_per_node else None)
     tail = (1 if coarse else 2) + lookahead  # the last steps end without the next ones competing: not measured
     half = (steps - tail) // 2
     last_step = steps - 1 - tail
@@ -194,23 +199,34 @@ def _first_role(workflow: Workflow) -> str:
     return item.roles[1] if isinstance(item, Loop) else item.role
 
 
-def _link(prev_out, prev_roles, roles, offload, t, tasks, whole_batch=False):
+def _link(prev_out, prev_roles, roles, offload, t, tasks, holders, whole_batch=False):
     """How the next element's pieces depend on the previous element's: ``deps(c, pieces)``, or
-    None for the flow's first element. On shared devices, adds the phase switch task."""
+    None for the flow's first element. Where its devices were last worked on this step by other
+    roles that hold memory (the previous element, or an earlier one when a stage without devices
+    came between), a phase switch task on those devices comes first."""
     if prev_out is None:
         return None
+    switch = None
+    if offload and any(r.memory > 0 for r in roles):
+        mine = {d for r in roles for d in r.devices[1:]}
+        others = {d: h for d, h in holders.items() if d in mine and not {r.name for r in h[0]} & {r.name for r in roles}
+                  and any(r.memory > 0 for r in h[0])}
+        if others:
+            after = tuple(dict.fromkeys(p for _, pieces in others.values() for p in pieces))
+            switch = f"s{t}/switch-{roles[0].name}"
+            tasks.append(Task(switch, offload, tuple(sorted(others)), {}, after, "switch", "switch", t))
     shared = tuple(sorted({d for a in prev_roles for b in roles for d in _shared(a, b)}))
-    if whole_batch and not shared:
-        return lambda c, pieces: list(prev_out) if c == 0 else []
-    if not shared:  # streaming: piece c needs the producer's piece covering the same share of the batch
-        n = len(prev_out)
+    if switch is None and not shared:
+        if whole_batch:
+            return lambda c, pieces: list(prev_out) if c == 0 else []
+        n = len(prev_out)  # streaming: piece c needs the producer's piece covering the same share of the batch
         return lambda c, pieces: [prev_out[min(n - 1, -(-(c + 1) * n // pieces) - 1)]]
-    dep = prev_out[-1]
-    if offload and any(r.memory > 0 for r in prev_roles) and any(r.memory > 0 for r in roles):
-        name = f"s{t}/switch-{roles[0].name}"
-        tasks.append(Task(name, offload, shared, {}, tuple(prev_out), "switch", "switch", t))
-        dep = name
-    return lambda c, pieces: [dep]
+    first = ([switch] if switch else []) + (list(prev_out) if shared or whole_batch else [])
+    if not shared and not whole_batch:  # a switch on devices an earlier element used; the batch still streams
+        n = len(prev_out)
+        return lambda c, pieces: ((first if c == 0 else [])
+                                  + [prev_out[min(n - 1, -(-(c + 1) * n // pieces) - 1)]])
+    return lambda c, pieces: first if c == 0 else []
 
 
 def _wait(role: _Role, out: list[str], t: int, tasks: list[Task]) -> list[str]:
@@ -222,10 +238,10 @@ def _wait(role: _Role, out: list[str], t: int, tasks: list[Task]) -> list[str]:
 
 
 def _loop(item: Loop, roles, prev_out, prev_roles, entry, gate, workflow, groups, offload, t, tasks,
-          last_piece, max_rounds) -> list[str]:
+          last_piece, max_rounds, holders) -> list[str]:
     env, policy = roles[item.roles[0]], roles[item.roles[1]]
     rounds = max(1, min(item.iterations, max_rounds))
-    deps_for = _link(prev_out, prev_roles, (env, policy), offload, t, tasks)
+    deps_for = _link(prev_out, prev_roles, (env, policy), offload, t, tasks, holders)
     out = []
     for g in range(groups):
         key = f"{env.name}+{policy.name}/{g}"
