@@ -60,7 +60,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlinf.scheduler.autoplace import Loop, Stage, Workflow, parse_profile, plan_search, predict
+from rlinf.scheduler.autoplace import Stage, Workflow, parse_profile, plan_search, predict
 from rlinf.scheduler.memory import GIB
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, plan_placement
 from rlinf.scheduler.placement.fold import fold_to_one_process
@@ -242,21 +242,15 @@ def _units(plan: PlacementPlan, role: str, on_cpu: bool) -> int:
 
 
 def switches_per_step(plan: PlacementPlan, workflow: Workflow, memory: Mapping[str, float]) -> int:
-    """Phase switches the simulator counts in one step of ``plan``: consecutive flow elements on
-    shared accelerators, both holding memory; and back from the trainer to the first role."""
-    def devices(roles):
-        return {r for role in roles for r in plan.component(role).resources if r[1] is not None}
-
-    def held(roles):
-        return any(memory.get(r, 0.0) > 0 for r in roles)
-
-    groups = [item.roles if isinstance(item, Loop) else (item.role,) for item in workflow.flow]
-    count = sum(1 for a, b in zip(groups, groups[1:]) if devices(a) & devices(b) and held(a) and held(b))
-    first = groups[0][1] if isinstance(workflow.flow[0], Loop) else groups[0][0]
-    trainer = workflow.trainer
-    if trainer != first and devices((trainer,)) & devices((first,)) and held((trainer,)) and held((first,)):
-        count += 1
-    return count
+    """Phase switches the simulator counts in one step of ``plan`` (role -> GiB it holds in
+    ``memory``): the simulation itself, run on unit figures, so the two never disagree."""
+    roles = {role: {"seconds_per_sample": 1.0, "memory_gib": float(memory.get(role, 0.0)),
+                    "accelerator": any(r[1] is not None for r in plan.component(role).resources)}
+             for role in workflow.roles()}
+    unit = parse_profile({"accelerator_memory_gib": 1e9, "samples_per_step": 1, "offload_s": 1.0,
+                          "weight_sync_s": 0.0, "roles": roles})
+    return predict(plan, unit, workflow, lookahead=workflow.lookahead_now,
+                   pipeline_stages=workflow.pipeline_stages_now, coarse=True).switches
 
 
 def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:

@@ -72,6 +72,7 @@ class Prediction:
         bottleneck: the busiest role.
         events: ``(role, kind, start, end)`` of one steady step, times from that step's start.
         assumptions: what the prediction assumed (linear scaling, ...), one line each.
+        switches: phase switches (offload + onload) in one step.
     """
 
     step_s: float
@@ -79,6 +80,7 @@ class Prediction:
     bottleneck: str
     events: tuple[tuple[str, str, float, float], ...] = ()
     assumptions: tuple[str, ...] = field(default=())
+    switches: int = 0
 
 
 @dataclass
@@ -191,7 +193,9 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
     bottleneck = max(busy, key=busy.__getitem__)
     assumptions = tuple(f"{name}: linear scaling over its {r.units} units (no measured sizes)"
                         for name, r in roles.items() if r.units > 1 and not r.figures.seconds_per_sample_at)
-    return Prediction(step_s=round(step_s, 9), busy=busy, bottleneck=bottleneck, events=events, assumptions=assumptions)
+    switches = sum(1 for task in tasks if task.kind == "switch" and task.step == last_step)
+    return Prediction(step_s=round(step_s, 9), busy=busy, bottleneck=bottleneck, events=events, assumptions=assumptions,
+                      switches=switches)
 
 
 def _first_role(workflow: Workflow) -> str:
