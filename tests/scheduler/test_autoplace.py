@@ -215,6 +215,9 @@ def test_node_groups_bring_their_own_memory_cores_and_speed():
     # the rollout (30 GiB) fits only node 0's 80 GiB; the actor on the half-speed node takes 2 s
     assert result.current.prediction.step_s == pytest.approx(2.0 + 2.0)
     assert all("small" not in str(r.candidate.placement.get("rollout")) for r in result.ranked)
+    across = [r for r in result.ranked if r.candidate.placement.get("actor") == small]
+    assert across and across[0].prediction.step_s == pytest.approx(4.0)  # roles on two kinds of nodes
+    assert result.ranked[0].prediction.step_s == pytest.approx(3.0)  # both on node 0, taking turns: 2 + 1
     assert any("which has 20" in r.dropped for r in result.dropped)
     cores = parse_profile({"accelerator_memory_gib": 80, "samples_per_step": 1, "offload_s": 0.0, "weight_sync_s": 0.0,
                            "cores_per_node": 1, "node_groups": {"small": {"cores_per_node": 4}},

@@ -7,6 +7,9 @@ contiguous blocks of accelerators, with the recipe's knobs.
 * each role's ``processes_per_accelerator`` options (``env: 0-3:0-7``);
 * lookahead depths where the receivers share no device with the trainer, loop pipeline stages
   where the loop's two roles share none;
+* with node groups (heterogeneous nodes), each group of roles goes to one pool (the ungrouped
+  nodes, or one node group with accelerators) in every combination, so roles can sit on different
+  kinds of nodes;
 * roles without accelerators go to a CPU-only node group when the cluster has one, else keep
   the placement the config gives them.
 
@@ -26,6 +29,7 @@ Example (2 roles on 2 accelerators):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -163,23 +167,33 @@ def enumerate_candidates(workflow: Workflow, cluster: ClusterShape, cpu_placemen
     options = processes or {}
     seen: set[str] = set()
     out: list[Candidate] = []
+    bounds = []
     for label, n, apn in pools:
-        exact = n > SMALL_POOL or not partial
         if max_block is not None and max_block < n:
-            n, exact = max_block, False  # use at most max_block slots: leave the rest unused
-        sizes = _sizes(n, apn)
-        for part in _partitions(roles):
-            for layout in _layouts(part, sizes, n, exact):
+            n = max_block  # use at most max_block slots: leave the rest unused
+            partial = partial or n <= SMALL_POOL
+        exact = n > SMALL_POOL or not partial
+        bounds.append((label, n, _sizes(n, apn), exact))
+    for part in _partitions(roles):
+        # each group of roles goes to one pool (node group); the groups of a pool share it out
+        for assign in itertools.product(range(len(bounds)), repeat=len(part)):
+            per_pool = []
+            for i, (label, n, sizes, exact) in enumerate(bounds):
+                groups = [g for g, a in zip(part, assign) if a == i]
+                per_pool.append([[(label, g, block) for g, block in layout]
+                                 for layout in _layouts(groups, sizes, n, exact)] if groups else [[]])
+            for combo in itertools.product(*per_pool):
+                layout = [entry for pool_layout in combo for entry in pool_layout]
                 for per in _process_choices(roles, options):
                     placement: dict[str, object] = {}
-                    for group, (first, size) in layout:
+                    for label, group, (first, size) in layout:
                         if any(per.get(r, 1) > 1 for r in group):
                             for r in group:
                                 placement[r] = _wrap(_value(_span(first, size), r, per, size), label)
                         else:
                             placement[",".join(group)] = _wrap(_span(first, size), label)
                     placement.update(fixed)
-                    for cand in _with_knobs(placement, part, layout, workflow):
+                    for cand in _with_knobs(placement, layout, workflow):
                         key = cand.label()
                         if key not in seen:
                             seen.add(key)
@@ -236,11 +250,11 @@ def _process_choices(roles: list[str], options: Mapping[str, tuple[int, ...]]) -
     yield from choices
 
 
-def _with_knobs(placement, part, layout, workflow: Workflow) -> Iterator[Candidate]:
+def _with_knobs(placement, layout, workflow: Workflow) -> Iterator[Candidate]:
     where = {}
-    for group, (first, size) in layout:
+    for label, group, (first, size) in layout:
         for role in group:
-            where[role] = set(range(first, first + size))
+            where[role] = {(label, k) for k in range(first, first + size)}
 
     def apart(a: str, b: str) -> bool:  # no accelerator in common (a role without any shares none)
         return a not in where or b not in where or where[a].isdisjoint(where[b])
