@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from rlinf.runners.recipe import run_once
-from rlinf.scheduler.autoplace import parse_profile, plan_search, predict
+from rlinf.scheduler.autoplace import Candidate, parse_profile, plan_search, predict
 from rlinf.scheduler.placement import ClusterShape, plan_placement
 from toolkits.autoplace.__main__ import main
 from toolkits.autoplace.inputs import load_run
-from toolkits.autoplace.ranking import set_dotted
+from toolkits.autoplace.ranking import _ConfigCheck, set_dotted
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "toolkits/autoplace/profiles/grpo_tiny_cpu.yaml"
@@ -129,6 +129,68 @@ def test_cluster_and_samples_precedence_flags_then_profile_then_config(capsys, t
         1, "--accelerators-per-node")
     assert (got["cluster"]["nodes"], got["cluster"]["nodes_from"]) == (2, "--nodes")
     assert {str(v) for c in got["candidates"] for v in c["placement"].values()} <= {"0", "1", "0-1"}
+
+
+
+def test_a_collocated_decoupled_ppo_config_is_offered_a_split_with_lookahead(capsys, tmp_path):
+    # the config's rule "lookahead only where actor and rollout are apart" is checked against the
+    # candidate's placement, not the config's own (collocated) one
+    run = load_run(TINY)  # actor,rollout,reward: all on 2 slots
+    set_dotted(run.written, "algorithm.loss_type", "decoupled_ppo")  # may run ahead of training
+    config = tmp_path / "dppo.yaml"
+    config.write_text(yaml.safe_dump(run.written))
+    raw = base_profile()
+    raw.pop("cores_per_node")  # accelerators of their own: the phase switch is what a split saves
+    raw.update(offload_s=2.0)
+    raw["roles"]["actor"]["seconds_per_sample"] = 0.03
+    data = as_json(capsys, config, "--profile", write_profile(tmp_path, raw))
+    best, own = data["candidates"][0], data["current"]
+    assert best["lookahead"] >= 1 and best["settings"]["algorithm.max_head_offpolicyness"] == best["lookahead"]
+    assert plan_placement(best["placement"], ClusterShape(1, 2)).mode("actor", "rollout").value != "collocated"
+    assert own["lookahead"] == 0 and own["rank"] > 1 and best["speedup"] > 1
+    assert not [d for d in data["dropped"] if "max_head_offpolicyness" in d["dropped"]]
+    # a lookahead still needs the candidate's own actor and rollout apart
+    loaded = load_run(str(config))
+    check = _ConfigCheck(loaded, ClusterShape(1, 2))
+    split, together = best["placement"], {"actor,rollout,reward": "all"}
+    assert check.refusal(Candidate(split, 1)) is None
+    why = check.refusal(Candidate(together, 1))
+    assert why.startswith("the config refuses it: algorithm.max_head_offpolicyness:") and "collocated" in why
+    assert check.refusal(Candidate(together, 0)) is None
+
+
+def test_the_configs_own_placement_is_matched_on_the_roles_that_hold_accelerators(capsys, tmp_path):
+    # a rule reward (accelerator: false) keeps the config's slot 2 in every candidate; the config
+    # puts it beside the rollout (rollout,reward: 2), a candidate may have it beside the actor
+    raw = base_profile()
+    raw["roles"]["reward"].update(accelerator=False)
+    data = as_json(capsys, DISAGG, "--profile", write_profile(tmp_path, raw), "--accelerators-per-node", 3)
+    own = data["current"]
+    assert own["note"] == "" and own["rank"] is not None
+    marked = [c for c in data["candidates"] if c["is_current"]]
+    assert len(marked) == 1 and marked[0]["rank"] == own["rank"]
+    shape = ClusterShape(1, 3)
+    plan = plan_placement(marked[0]["placement"], shape)
+    assert (plan.component("actor").world_size, plan.component("rollout").world_size) == (2, 1)
+    assert plan.mode("actor", "rollout").value == "disaggregated"
+    assert marked[0]["placement"]["reward"] == 2 and "rollout,reward" not in marked[0]["placement"]
+    assert marked[0]["step_s"] == pytest.approx(own["step_s"]) and own["speedup"] == pytest.approx(1.0)
+
+
+
+def test_a_cluster_larger_than_the_configs_own_is_planned_with_the_config_resized(capsys, tmp_path):
+    # the config's rules see the cluster planned for (2 x 2 slots), not its own 1 x 3
+    raw = base_profile()
+    raw.pop("cores_per_node")
+    data = as_json(capsys, DISAGG, "--profile", write_profile(tmp_path, raw), "--nodes", 2,
+                   "--accelerators-per-node", 2)
+    used = {r for c in data["candidates"] for v in c["placement"].values() for r in _ranks(v)}
+    assert used == {0, 1, 2, 3}
+
+
+def _ranks(value) -> set[int]:
+    first, _, last = str(value).partition("-")
+    return set(range(int(first), int(last or first) + 1))
 
 
 # ---- --out and --png ----------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """The planner's search for one config, with the config's own rules on top: every candidate the
 core ranks (:func:`~rlinf.scheduler.autoplace.plan_search`) is also checked the way a run checks
-its placement before Ray (``check_against_plan``: batch sizes that must divide over the
-processes, modes the config needs), with the candidate's knobs set; one the config refuses is
-dropped with the config's one-line reason, so the best row is one the config can run. So is one
-on which the recipe's step would use other roles than the step planned (math: an ``inference``
-group placed on the actor's devices does not start; the actor computes the reference log-probs),
-since its prediction would be of a step the run does not take.
+its placement before Ray, with the candidate's placement and knobs set together (the config's
+parse, whose rules join the two: a lookahead only where actor and rollout are apart; then
+``check_against_plan``: batch sizes that must divide over the processes, modes the config
+needs); one the config refuses is dropped with the config's one-line reason, so the best row is
+one the config can run. So is one on which the recipe's step would use other roles than the step
+planned (math: an ``inference`` group placed on the actor's devices does not start; the actor
+computes the reference log-probs), since its prediction would be of a step the run does not take.
+The config's own placement is matched among the candidates on the roles that hold accelerators
+(:func:`layout_key`).
 
 Example (the tiny disaggregated math run on its 3 slots; a 3-process actor cannot split the
 256 samples of a step, so the config refuses those candidates):
@@ -27,8 +30,7 @@ Example (the tiny disaggregated math run on its 3 slots; a 3-process actor canno
 from __future__ import annotations
 
 import copy
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from rlinf.runners.autoplace_profile import used_placement
@@ -80,24 +82,29 @@ def set_dotted(tree: dict, key: str, value: object) -> None:
     node[last] = value
 
 
-def layout_key(plan: PlacementPlan) -> tuple:
+def layout_key(plan: PlacementPlan, roles: Collection[str] | None = None) -> tuple:
     """What a placement is up to renumbering the accelerators of a node and the nodes of a group:
     per node (with its group), the roles on each of its accelerators (a role twice where it has two
-    processes there), and every role's process count. Two plans with the same key run the same."""
+    processes there), and every role's process count. Two plans with the same key run the same.
+
+    ``roles``: compare only these (the roles that hold accelerators; where a role without any sits
+    is the config's in every candidate, so it tells nothing about the layout). Default: all.
+    """
     nodes: dict[int, tuple[str | None, dict]] = {}
-    for name, comp in plan.components.items():
+    kept = {name: comp for name, comp in plan.components.items() if roles is None or name in roles}
+    for name, comp in kept.items():
         for proc in comp.processes:
             group, devices = nodes.setdefault(proc.node, (proc.node_group, {}))
             for acc in proc.accelerators or (None,):
                 devices.setdefault(acc, []).append(name)
-    per_node = sorted((str(group), tuple(sorted(tuple(sorted(roles)) for roles in devices.values())))
+    per_node = sorted((str(group), tuple(sorted(tuple(sorted(names)) for names in devices.values())))
                       for group, devices in nodes.values())
-    return tuple(per_node), tuple(sorted((name, comp.world_size) for name, comp in plan.components.items()))
+    return tuple(per_node), tuple(sorted((name, comp.world_size) for name, comp in kept.items()))
 
 
-def same_plan(a: Mapping, b: Mapping, shape: ClusterShape) -> bool:
+def same_plan(a: Mapping, b: Mapping, shape: ClusterShape, roles: Collection[str] | None = None) -> bool:
     """Whether two ``component_placement`` mappings are the same placement up to renumbering
-    (:func:`layout_key`).
+    (:func:`layout_key`), comparing only ``roles`` when given.
 
     >>> same_plan({"actor,rollout": "all"}, {"rollout,actor": "0-1"}, ClusterShape(1, 2))
     True
@@ -105,39 +112,41 @@ def same_plan(a: Mapping, b: Mapping, shape: ClusterShape) -> bool:
     True
     >>> same_plan({"actor": "0-1", "rollout": 2}, {"rollout": "0-1", "actor": 2}, ClusterShape(1, 3))
     False
+
+    A role without accelerators (a rule reward) kept where the config puts it:
+    >>> own, cand = {"actor": "0-1", "rollout,reward": 2}, {"rollout": 0, "actor": "1-2", "reward": 2}
+    >>> same_plan(own, cand, ClusterShape(1, 3)), same_plan(own, cand, ClusterShape(1, 3), ("actor", "rollout"))
+    (False, True)
     """
-    return layout_key(plan_placement(a, shape)) == layout_key(plan_placement(b, shape))
+    return layout_key(plan_placement(a, shape), roles) == layout_key(plan_placement(b, shape), roles)
 
 
 class _ConfigCheck:
-    """The config's verdict on a candidate: its knobs set (one typed parse per combination of
-    knobs) and its placement checked as a run checks it before Ray."""
+    """The config's verdict on a candidate: the config with the candidate's placement AND knobs set
+    (the cluster sized as planned), parsed as a run parses it (its rules that join placement and
+    knobs, e.g. a lookahead only where actor and rollout are apart), its placement checked as a run
+    checks it before Ray, and its step asked again."""
 
     def __init__(self, run: LoadedRun, shape: ClusterShape) -> None:
         self.run, self.shape = run, shape
-        self._parsed: dict[tuple, object] = {}
+        self._raw = copy.deepcopy(run.raw)
+        set_dotted(self._raw, "cluster.num_nodes", shape.num_nodes)
+        set_dotted(self._raw, "cluster.accelerators_per_node", shape.accelerators_per_node)
 
     def refusal(self, cand: Candidate) -> str | None:
-        knobs = {k: v for k, v in cand.settings(self.run.workflow).items() if k != "cluster.component_placement"}
-        key = tuple(sorted((k, repr(v)) for k, v in knobs.items()))
-        if key not in self._parsed:
-            raw = copy.deepcopy(self.run.raw)
-            for name, value in knobs.items():
-                set_dotted(raw, name, value)
-            try:
-                self._parsed[key] = self.run.recipe.config_cls.from_dict(raw, check_paths=False)
-            except ConfigError as exc:
-                self._parsed[key] = str(exc)
-        cfg = self._parsed[key]
-        if isinstance(cfg, str):
-            return f"the config refuses its settings: {cfg}"
-        cluster = dataclasses.replace(cfg.cluster, component_placement=dict(cand.placement))
+        raw = copy.deepcopy(self._raw)
+        for name, value in cand.settings(self.run.workflow).items():
+            set_dotted(raw, name, value if name != "cluster.component_placement" else dict(value))
         try:
-            cfg.check_against_plan(cluster.plan(self.shape))
+            cfg = self.run.recipe.config_cls.from_dict(raw, check_paths=False)
+        except ConfigError as exc:
+            return f"the config refuses it: {exc}"
+        try:
+            cfg.check_against_plan(cfg.cluster.plan(self.shape))
         except ConfigError as exc:
             return f"the config refuses it: {exc}"
         planned = self.run.workflow.roles()
-        step = self.run.recipe.placement_workflow(dataclasses.replace(cfg, cluster=cluster))
+        step = self.run.recipe.placement_workflow(cfg)
         if step is None or step.roles() != planned:
             uses = ", ".join(step.roles()) if step is not None else "no step the planner plans"
             return (f"the step changes on it: the {self.run.recipe.name} step would run {uses} instead of "
@@ -183,11 +192,14 @@ def rank(run: LoadedRun, profile: Profile, shape: ClusterShape) -> Search:
     elif current.prediction is None:
         note = f"does not fit in memory: {current.dropped}"
     else:
+        # where a role without accelerators sits is the config's in every candidate: not compared
+        held = [name for name in workflow.roles() if profile.roles[name].accelerator]
         own = (current.candidate.lookahead, current.candidate.pipeline_stages,
-               layout_key(plan_placement(current.candidate.placement, shape)))
+               layout_key(plan_placement(current.candidate.placement, shape), held))
         for i, r in enumerate(ranked):
             c = r.candidate
-            if (c.lookahead, c.pipeline_stages) == own[:2] and layout_key(plan_placement(c.placement, shape)) == own[2]:
+            if ((c.lookahead, c.pipeline_stages) == own[:2]
+                    and layout_key(plan_placement(c.placement, shape), held) == own[2]):
                 current_rank = i + 1
                 break
         else:
