@@ -18,7 +18,7 @@ Example (one row: the 1.5B profile on one 8-GPU node; collocated wins, nothing t
 
     >>> row = plan_row("r1_distill_1.5b_h100", 8)
     >>> row.label, row.mode, round(row.step_s, 1), round(row.speedup, 2)
-    ('reward: all, rollout,actor: 0-7', 'collocated', 345.8, 1.0)
+    ('reward: all, rollout,actor: 0-7', 'collocated', 346.3, 1.0)
 """
 
 from __future__ import annotations
