@@ -172,6 +172,7 @@ def test_the_planner_ranks_by_predicted_step_and_states_the_speedup():
      "profile.roles.actor.seconds_per_sample: must be a finite number > 0, got -1.0"),
     (lambda p: p["roles"]["actor"].update(speed=2), "profile.roles.actor.speed: unknown key"),
     (lambda p: p.update(nodes=0), "profile.nodes: must be >= 1, got 0"),
+    (lambda p: p.update(source="by hand"), "profile.source: unknown key"),  # the file name is not a key
     (lambda p: p["roles"]["actor"].update(seconds_per_token=0.1), None),  # no tokens_per_sample: not used
     (lambda p: p.update(tokens_per_sample=100) or p["roles"]["actor"].update(seconds_per_token=0.1),
      "seconds_per_token x tokens_per_sample = 10 s but seconds_per_sample = 1 s per sample"),

@@ -212,7 +212,8 @@ class Profile:
         driver_s_per_step: seconds per step the driver works between the flow's last role and the
             weight sync (advantages, logging; one core of node 0), whatever the placement.
         node_groups: figures per node group label (:class:`NodeGroupFigures`).
-        source: where the profile came from (a file name; ``measured on ...``), for messages.
+        source: where the profile came from (the file name given to :func:`parse_profile`), named
+            by the search's messages; not a YAML key.
     """
 
     weight_sync_s: float
@@ -227,7 +228,7 @@ class Profile:
     cores_per_node: int | None = None
     driver_s_per_step: float = 0.0
     node_groups: dict[str, NodeGroupFigures] = field(default_factory=dict)
-    source: str = ""
+    source: str = field(default="", init=False, compare=False)  # not a YAML key: set by parse_profile
 
     def validate(self, path: str) -> None:
         check(bool(self.roles), f"{path}.roles", "no roles: give each placed role its figures")
@@ -286,9 +287,10 @@ def parse_profile(raw: object, source: str = "profile") -> Profile:
         if key not in raw:
             raise ProfileError(f"profile.{key}", f"missing (required): {what}")
     try:
-        profile = parse_section(Profile, {k: v for k, v in raw.items() if k != "source"}, "profile")
+        profile = parse_section(Profile, raw, "profile")
     except ProfileError:
         raise
     except ConfigError as exc:
         raise ProfileError(exc.key, str(exc).split(": ", 1)[1]) from None
-    return Profile(**{**profile.__dict__, "source": str(raw.get("source") or source)})
+    object.__setattr__(profile, "source", source)
+    return profile

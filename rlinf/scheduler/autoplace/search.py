@@ -196,7 +196,8 @@ def plan_search(workflow: Workflow, profile: Profile, cluster: ClusterShape, *, 
         why = (f"; the smallest need is {worst.peak_gib:.1f} GiB per accelerator ({worst.candidate.label()})"
                if worst else "")
         raise ProfileError("profile", f"no placement of {', '.join(placed)} fits {cluster.num_nodes} node(s) x "
-                           f"{cluster.accelerators_per_node} accelerators of {memory_gib:g} GiB{why}")
+                           f"{cluster.accelerators_per_node} accelerators of {memory_gib:g} GiB with the figures of "
+                           f"{profile.source or 'the profile'}{why}")
     ranked.sort(key=lambda r: (r.prediction.step_s, r.candidate.label()))
     cur = None
     if current_plan is not None:
