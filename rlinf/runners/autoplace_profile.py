@@ -53,6 +53,7 @@ is measured at one size: linear is assumed (the header says so).
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 import time
@@ -64,6 +65,7 @@ from rlinf.scheduler.autoplace import Stage, Workflow, parse_profile, plan_searc
 from rlinf.scheduler.memory import GIB
 from rlinf.scheduler.placement import ClusterShape, PlacementPlan, plan_placement
 from rlinf.scheduler.placement.fold import fold_to_one_process
+from rlinf.utils.typed_config import ConfigError
 
 __all__ = ["ADVICE_SPEEDUP", "PROFILE_FILE", "StepMeter", "StepRecord", "advice_line", "advise", "build_profile",
            "used_placement", "write_profile"]
@@ -375,10 +377,6 @@ def _planner(cfg: Any) -> Callable:
 
 def _accepted(raw: Mapping, recipe: Any, settings: Mapping[str, object], shape: ClusterShape) -> bool:
     """Whether the config, with a candidate's settings, is one the recipe accepts on ``shape``."""
-    import copy
-
-    from rlinf.utils.typed_config import ConfigError
-
     tree = copy.deepcopy(dict(raw))
     for key, value in settings.items():
         *head, last = key.split(".")
@@ -397,7 +395,7 @@ def _accepted(raw: Mapping, recipe: Any, settings: Mapping[str, object], shape: 
 def config_hint() -> str:
     """The config file of a Hydra entry's run (relative to the working folder), else ``CONFIG``."""
     try:
-        from hydra.core.hydra_config import HydraConfig
+        from hydra.core.hydra_config import HydraConfig  # lazy: Hydra only at a run's end, and runs without it
 
         hc = HydraConfig.get()
         folder = next(s.path for s in hc.runtime.config_sources if s.provider == "main")

@@ -49,9 +49,11 @@ class Probe(Worker):
         time.sleep(seconds)
         return self.rank
 
-    def spin(self, seconds):
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
+    def spin(self, cpu_seconds):
+        """Busy until this process has used ``cpu_seconds`` of CPU (not wall: on a loaded machine
+        a wall-time spin gets only part of a core)."""
+        end = time.process_time() + cpu_seconds
+        while time.process_time() < end:
             pass
         return self.rank
 
@@ -136,7 +138,7 @@ def test_per_rank_arguments_results_and_elapsed(spread):
     assert call.cpu_time[1] < 0.1
     spun = spread.execute("spin", 0.3, ranks=[0])
     spun.wait(timeout=30)
-    assert 0.15 <= spun.cpu_time[0] <= spun.elapsed[0] + 0.05
+    assert 0.3 <= spun.cpu_time[0] <= spun.elapsed[0] + 0.05
     stats = spread.call_stats.take()
     assert set(stats) == {"sleep", "spin"} and list(stats["sleep"].ranks) == [1]
     assert stats["spin"].calls == 1 and stats["spin"].cpu_s == spun.cpu_time[0]
