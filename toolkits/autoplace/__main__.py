@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 
 from rlinf.scheduler.autoplace import Profile
-from rlinf.scheduler.placement.__main__ import CliError, _flag_int, _one_line
+from rlinf.scheduler.placement.__main__ import CliError, _flag_int, _one_line, write_result
 from rlinf.utils.typed_config import ConfigError
 from toolkits.autoplace.inputs import LoadedRun, load_run, planning_profile, read_profile, resolve_cluster
 from toolkits.autoplace.ranking import rank
@@ -172,12 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
         print(f"error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        pass
-    return 0
+    return write_result(text)
 
 
 if __name__ == "__main__":

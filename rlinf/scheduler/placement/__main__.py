@@ -204,6 +204,16 @@ def _memory_text(args, cluster: Mapping, plan, estimate_on) -> str:
     return render_memory(plan, estimate_on(plan, capacity), capacity)
 
 
+def write_result(text: str) -> int:
+    """Print a CLI's result (a closed pipe, as ``| head``, is not an error); exit status 0."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 2 invalid input)."""
     try:
@@ -214,12 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI promises one line, never a traceback
         print(f"error: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        pass
-    return 0
+    return write_result(text)
 
 
 if __name__ == "__main__":
