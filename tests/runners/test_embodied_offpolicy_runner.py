@@ -81,6 +81,7 @@ def test_sync_sac_collects_then_updates_and_saves_the_buffer(sync_run):
     assert (folder / "out" / "t" / "policy" / "sac_actor.pt").is_file()
 
 
+@pytest.mark.slow  # the module's Ray SAC run (sync_run, ~30 s) is its set-up: not in the quick tier
 def test_a_resume_continues_with_the_saved_buffer(sync_run, tmp_path):
     """The checkpoint of the Ray run above, resumed on the local backend (a Ray launch costs ~20 s
     here; what is tested is the buffer and the counters that come back)."""

@@ -311,6 +311,7 @@ print(json.dumps(m.run_step(Context("cpu", True, sys.argv[1], sys.argv[1]))))
 '''
 
 
+@pytest.mark.slow  # a Megatron step through the CPU shim (~15 s): not in the quick tier
 def test_the_megatron_step_check_runs_through_on_the_cpu_shim(cpu_standins, tmp_path):
     pytest.importorskip("megatron.core")
     result = _standin_result(cpu_standins, "megatron", MEGATRON_ON_CPU, tmp_path)
