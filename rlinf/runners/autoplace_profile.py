@@ -39,7 +39,9 @@ first is warm-up: model loads, compilation, allocator growth):
   (then its busy time is the wall time).
 * ``memory_gib`` / ``shardable``: the recipe's memory estimate (:meth:`Recipe.memory_estimate`)
   for the role alone on one accelerator (device items on GPUs, everything on a CPU run);
-  shardable when its weights per rank shrink on two.
+  shardable when its weights per rank shrink on two. A role estimated at 0 (a rule reward) gets
+  ``accelerator: false``: the planner keeps the config's placement for it and leaves it out of
+  the modes.
 
 And for the run: ``weight_sync_s`` (the longest sync call per step), ``offload_s`` (the offload
 and onload calls per step divided by the phase switches the simulator counts for the run's
@@ -293,6 +295,8 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
         figures["memory_gib"] = _fig(gib)
         if shardable:
             figures["shardable"] = True
+        if gib <= 0:  # holds nothing on a device (a rule reward): the planner keeps its placement
+            figures["accelerator"] = False
         if wait > 0:
             figures["wait_s_per_step"] = _fig(wait)
         if threads > 1:
