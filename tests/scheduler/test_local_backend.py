@@ -16,9 +16,12 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from rlinf.engines.simulators.single import SerialBatchSim
+from rlinf.envs.base import SimSpec, SingleEnv, SingleObs
 from rlinf.scheduler import CallTimeoutError, Channel, Cluster, PipeLink, TensorLink, Worker, WorkerError, WorkerGroup
 from rlinf.scheduler.channel import ChannelClosedError, ChannelTimeout
 from rlinf.scheduler.config import ClusterConfig
@@ -284,6 +287,49 @@ def test_each_worker_draws_from_its_own_random_stream(local_cluster):
     gen = torch.Generator().manual_seed(0)
     assert first == torch.rand(3, generator=gen).tolist() and second == torch.rand(3, generator=gen).tolist()
     assert fresh == torch.rand(3, generator=torch.Generator().manual_seed(67280421310721)).tolist()
+
+
+class SeedsTheGlobalGenerator(SingleEnv):
+    """Resets as ManiSkill does: seed torch's process-wide generator inside ``fork_rng``, then
+    draw the initial state from it (a pause between, where another thread's call may start)."""
+
+    def spec(self):
+        return SimSpec(np.zeros(1, np.float32), np.ones(1, np.float32), 5)
+
+    def reset(self, state_id):
+        with torch.random.fork_rng():
+            torch.manual_seed(state_id)
+            time.sleep(0.002)
+            return SingleObs(state=torch.rand(3).numpy())
+
+    def step(self, action):
+        raise NotImplementedError
+
+    def render(self):
+        raise NotImplementedError
+
+
+class Resetter(Worker):
+    def resets(self, n):
+        sim = SerialBatchSim([SeedsTheGlobalGenerator()])
+        return [sim.reset(np.array([0]), np.array([7])).states[0].tolist() for _ in range(n)]
+
+
+def test_an_in_process_simulators_seeded_reset_is_not_cut_by_another_groups_calls(local_cluster):
+    """Each call of group b swaps b's generator states in and out of the process; a simulator
+    reset in group a seeds the process-wide generator and draws from it. The swaps wait for the
+    reset (rlinf.utils.global_random), so the 60 resets of state 7 give one initial state. (A
+    worker drawing from the process-wide generator at that moment is not covered: the module says
+    so.)"""
+    cluster, plan = local_cluster
+    a = WorkerGroup.launch(cluster, Resetter, plan.component("a"))
+    b = WorkerGroup.launch(cluster, Recorder, plan.component("b"))
+    resets = a.resets(60)
+    stop = time.monotonic() + 30
+    while not resets.done() and time.monotonic() < stop:
+        b.record(0).wait(timeout=30)  # draws nothing: only the swaps at its start and end
+    states = resets.wait(timeout=30)[0]
+    assert states == [torch.rand(3, generator=torch.Generator().manual_seed(7)).tolist()] * 60
 
 
 def test_shutdown_closes_pipes_and_refuses_calls(local_cluster):

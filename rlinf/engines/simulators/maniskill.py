@@ -43,6 +43,7 @@ from rlinf.engines.simulators.base import EnvObs, SimulatorError
 from rlinf.engines.simulators.episodes import BatchSim, SimStep
 from rlinf.engines.simulators.subproc import build_cpu_sim
 from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
+from rlinf.utils.global_random import GLOBAL_RANDOM_LOCK
 
 __all__ = ["ManiSkillGPUSim", "ManiSkillSingleEnv", "MissingAssetsError", "build_maniskill_sim",
            "check_maniskill_assets", "missing_maniskill_assets", "vulkan_unavailable_reason"]
@@ -290,7 +291,8 @@ class ManiSkillGPUSim(BatchSim):
 
     def reset(self, env_ids: np.ndarray, state_ids: np.ndarray) -> EnvObs:
         options = {} if len(env_ids) == self._n else {"env_idx": torch.as_tensor(env_ids, device=self.device)}
-        raw, _ = self._env.reset(seed=[int(s) for s in state_ids], options=options)
+        with GLOBAL_RANDOM_LOCK:  # ManiSkill seeds torch's process-wide generator and draws from it
+            raw, _ = self._env.reset(seed=[int(s) for s in state_ids], options=options)
         return self._obs(raw)
 
     def step(self, actions: torch.Tensor) -> SimStep:

@@ -27,6 +27,7 @@ import torch
 from rlinf.engines.simulators.base import EnvObs
 from rlinf.engines.simulators.episodes import BatchSim, SimStep
 from rlinf.envs.base import SimSpec, SingleEnv, SingleObs, SingleStep
+from rlinf.utils.global_random import GLOBAL_RANDOM_LOCK
 
 __all__ = ["IdleEnvs", "SerialBatchSim", "stack_obs", "stack_steps"]
 
@@ -113,15 +114,17 @@ class SerialBatchSim(BatchSim):
         return self._spec
 
     def reset(self, env_ids: np.ndarray, state_ids: np.ndarray) -> EnvObs:
-        for i in env_ids.tolist():
-            self._last[i] = self._envs[i].reset(int(state_ids[i]))
+        with GLOBAL_RANDOM_LOCK:  # a seeded reset may seed and draw from the process-wide generators
+            for i in env_ids.tolist():
+                self._last[i] = self._envs[i].reset(int(state_ids[i]))
         self._idle.wake(env_ids)
         return stack_obs(self._require_all())
 
     def step(self, actions: np.ndarray | torch.Tensor) -> SimStep:
         acts = actions.detach().cpu().numpy() if isinstance(actions, torch.Tensor) else actions
-        steps = [self._idle.replay(i) if self._idle.is_idle(i) else env.step(np.asarray(a, dtype=np.float32))
-                 for i, (env, a) in enumerate(zip(self._envs, acts))]
+        with GLOBAL_RANDOM_LOCK:
+            steps = [self._idle.replay(i) if self._idle.is_idle(i) else env.step(np.asarray(a, dtype=np.float32))
+                     for i, (env, a) in enumerate(zip(self._envs, acts))]
         for i, s in enumerate(steps):
             self._last[i] = s.obs
             self._idle.remember(i, s)

@@ -11,7 +11,9 @@ thread does not is made up here:
 * the process-wide random generators (torch's CPU generator, NumPy's and Python's global ones)
   are swapped in for each call and saved after it: a worker's draws continue its own stream, seeded
   by its own ``torch.manual_seed``, as in its own process (calls of different groups that draw
-  from them at the same moment still share them);
+  from them at the same moment still share them); a swap waits for
+  :data:`~rlinf.utils.global_random.GLOBAL_RANDOM_LOCK`, which in-process simulators hold while
+  they seed and draw (a ManiSkill reset);
 * torch's intra-op threads are set per thread (``OMP_NUM_THREADS``, else the node's cores shared
   out per accelerator, as a Ray worker gets);
 * when the driver is being traced at launch (``python -m pdb``: ``sys.gettrace()`` is set), the
@@ -34,6 +36,8 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
+
+from rlinf.utils.global_random import GLOBAL_RANDOM_LOCK
 
 #: torch's default seed of a fresh process (``default_rng_seed_val``): each worker starts there
 FRESH_TORCH_SEED = 67280421310721
@@ -75,33 +79,36 @@ class _RandomState:
         import numpy as np
         import torch
 
-        if fresh:
-            saved = torch.get_rng_state()
-            torch.manual_seed(FRESH_TORCH_SEED)
-            self.torch = torch.get_rng_state()
-            torch.set_rng_state(saved)
-        else:
-            self.torch = torch.get_rng_state()
-        self.numpy = np.random.get_state()
-        self.python = random.getstate()
+        with GLOBAL_RANDOM_LOCK:
+            if fresh:
+                saved = torch.get_rng_state()
+                torch.manual_seed(FRESH_TORCH_SEED)
+                self.torch = torch.get_rng_state()
+                torch.set_rng_state(saved)
+            else:
+                self.torch = torch.get_rng_state()
+            self.numpy = np.random.get_state()
+            self.python = random.getstate()
 
     def enter(self) -> None:
         # lazy: numpy / torch only once a worker runs; making the local cluster loads neither
         import numpy as np
         import torch
 
-        torch.set_rng_state(self.torch)
-        np.random.set_state(self.numpy)
-        random.setstate(self.python)
+        with GLOBAL_RANDOM_LOCK:  # not between an in-process simulator's seed and its draws
+            torch.set_rng_state(self.torch)
+            np.random.set_state(self.numpy)
+            random.setstate(self.python)
 
     def leave(self) -> None:
         # lazy: numpy / torch only once a worker runs; making the local cluster loads neither
         import numpy as np
         import torch
 
-        self.torch = torch.get_rng_state()
-        self.numpy = np.random.get_state()
-        self.python = random.getstate()
+        with GLOBAL_RANDOM_LOCK:
+            self.torch = torch.get_rng_state()
+            self.numpy = np.random.get_state()
+            self.python = random.getstate()
 
 
 class LocalActor:
