@@ -11,8 +11,9 @@ Workloads (each a real Ray run of its recipe, one process per worker, on this ma
 
 Per workload:
 
-1. **profile**: ``measure_profile`` runs ``--profile-steps`` steps of the config as placed and
-   writes the profile (:mod:`rlinf.runners.autoplace_profile`);
+1. **profile**: ``--profile-steps`` steps of the config as placed and as many of a placement that
+   gives the roles other unit counts, joined into one profile (:mod:`toolkits.autoplace.sizes`,
+   what ``python -m toolkits.autoplace CONFIG --measure-steps K`` does);
 2. **plan**: :func:`rlinf.scheduler.autoplace.plan_search` on ``--slots`` logical accelerators;
    the candidates run are the planner's best and ``--candidates - 1`` more spread evenly over the
    ranked list among those predicted within 3x of the best (no absurd ones to flatter the ranking),
@@ -159,15 +160,17 @@ def write_workload_config(name: str, work: str, extra: list[str]) -> str:
 
 
 def measure(config: str, out: str, steps: int) -> str:
-    """The profile of ``config`` as placed (``steps`` steps): :func:`measure_profile`."""
-    from rlinf.runners.autoplace_measure import measure_profile
+    """The profile of ``config`` (``steps`` steps as placed, and as many at a second size:
+    :func:`toolkits.autoplace.sizes.measure_two_sizes`, what ``--measure-steps`` does)."""
     from toolkits.autoplace.inputs import load_run
+    from toolkits.autoplace.sizes import measure_two_sizes
 
     run = load_run(config)
     raw = json.loads(json.dumps(run.raw))
     _set(raw, "runner.experiment_name", "profile")
     _set(raw, "runner.logger.log_path", os.path.join(raw["runner"]["output_dir"], "profile"))
-    return measure_profile(run.recipe, raw, steps, out, config=config, print_fn=_log)
+    measure_two_sizes(run, raw, steps, out, print_fn=_log)
+    return out
 
 
 def plan(config: str, profile: str) -> dict:

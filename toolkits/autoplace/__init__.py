@@ -6,7 +6,7 @@ simulation predicts from a profile of the roles, next to the config's own placem
 
     python -m toolkits.autoplace CONFIG --profile P.yaml [--nodes N --accelerators-per-node M]
                                  [--top K] [--json] [--out placed.yaml] [--png timeline.png]
-    python -m toolkits.autoplace CONFIG --measure-steps K [--profile P.yaml] [...]
+    python -m toolkits.autoplace CONFIG --measure-steps K [--measure-sizes 1|2] [--profile P.yaml] [...]
 
 * the table: rank (``*`` marks the config's own placement), placement, mode, predicted seconds per
   step, predicted speed-up over the config's own placement, the bottleneck role, peak memory per
@@ -19,7 +19,9 @@ simulation predicts from a profile of the roles, next to the config's own placem
 * ``--measure-steps K``: first run K training steps of the config as placed (no validation, no
   checkpoints; :func:`rlinf.runners.autoplace_measure.measure_profile`), write the profile they
   measure (to ``--profile``, default ``<runner.output_dir>/<runner.experiment_name>/autoplace_profile.yaml``)
-  and plan with it.
+  and plan with it; with ``--measure-sizes 2`` (the default) K more steps of a placement that gives
+  the roles other unit counts, so each role's scaling is measured, not assumed
+  (:mod:`toolkits.autoplace.sizes`);
 
 The cluster planned for: ``--nodes`` / ``--accelerators-per-node``, else the profile's ``nodes`` /
 ``accelerators_per_node``, else the config's ``cluster:`` (its ``node_groups`` always). The samples

@@ -62,6 +62,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="first run K training steps of the config as placed (no validation, no checkpoints) "
                              "and plan with the profile they measure, written to --profile P.yaml (default: "
                              "<runner.output_dir>/<runner.experiment_name>/autoplace_profile.yaml)")
+    parser.add_argument("--measure-sizes", type=int, choices=(1, 2), default=2, metavar="{1,2}",
+                        help="with --measure-steps: 2 (default) also runs K steps of the placement ranked fastest "
+                             "among those that give the most roles another unit count, and fits each role's "
+                             "fixed cost per unit and divisible work from both; 1: the config's placement only "
+                             "(linear scaling assumed)")
     parser.add_argument("--nodes", type=_flag_int, metavar="N", help="nodes to plan for (wins over the profile's "
                         "and the config's)")
     parser.add_argument("--accelerators-per-node", type=_flag_int, metavar="M",
@@ -87,12 +92,16 @@ def obtain_profile(args: argparse.Namespace, run: LoadedRun) -> tuple[str, Profi
         from rlinf.runners.autoplace_profile import PROFILE_FILE
         from rlinf.runners.entry import one_line, write_error_log
         from rlinf.scheduler.errors import SchedulerError
+        from toolkits.autoplace.sizes import measure_two_sizes
 
         runner = run.cfg.runner
         out = args.profile or os.path.join(runner.output_dir, runner.experiment_name, PROFILE_FILE)
+        say = lambda *a: print(*a, file=sys.stderr)  # noqa: E731 - the runs' own lines go to stderr
         try:
-            measure_profile(run.recipe, run.raw, args.measure_steps, out, config=run.path,
-                            print_fn=lambda *a: print(*a, file=sys.stderr))
+            if args.measure_sizes == 2:
+                measure_two_sizes(run, run.raw, args.measure_steps, out, print_fn=say)
+            else:
+                measure_profile(run.recipe, run.raw, args.measure_steps, out, config=run.path, print_fn=say)
         except SchedulerError as exc:
             raise RunFailed(f"{one_line(exc)} (details: {write_error_log(run.raw, exc)})") from None
         except ValueError as exc:
