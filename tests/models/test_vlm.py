@@ -30,6 +30,7 @@ from toolkits.vlm.make_tiny_vlm import (
     PATCH_SIZE,
     SPECIAL_TOKENS,
     build_tokenizer,
+    main,
     make_config,
     make_tiny_vlm,
 )
@@ -211,3 +212,15 @@ def test_bad_inputs_get_one_line(folders, tmp_path):
     (no_processor / "config.json").write_text((folders["qwen3_vl"] / "config.json").read_text())
     with pytest.raises(FileNotFoundError, match=r"preprocessor_config.json: missing"):
         load_processor(no_processor)
+
+
+def test_cli_writes_a_loadable_folder_and_refuses_an_unknown_type(tmp_path, capsys):
+    main(["--model-type", "qwen3_vl", "--out", str(tmp_path / "cli"), "--seed", "1"])
+    assert "wrote tiny qwen3_vl" in capsys.readouterr().out
+    processor = load_processor(tmp_path / "cli")
+    assert type(processor).__name__ == "ImageOnlyQwen3VLProcessor" and processor.image_processor.patch_size == 16
+    batch = render_prompt(processor, "no image here", [])  # a text-only prompt has no pixel inputs
+    assert "pixel_values" not in batch and processor.image_token_id not in batch["input_ids"][0].tolist()
+    with pytest.raises(SystemExit):
+        main(["--model-type", "llava", "--out", str(tmp_path / "bad")])
+    assert "invalid choice: 'llava'" in capsys.readouterr().err

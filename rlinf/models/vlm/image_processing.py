@@ -3,8 +3,8 @@
 transformers 5.19 ships two backends of the Qwen2-VL image processor (Qwen2.5-VL and Qwen3-VL use
 the same one, Qwen3-VL with 16-pixel patches): ``Qwen2VLImageProcessor`` (torchvision; its module
 imports ``torchvision.transforms.v2`` at the top) and ``Qwen2VLImageProcessorPil`` (PIL + numpy).
-Here torchvision cannot be imported, and where it can, the two backends resize differently (PIL's
-bicubic vs torch's), so rollout and actor could see different pixels. This module always uses the
+Here torchvision cannot be imported, and where it can, the two backends resize with different code
+(PIL's bicubic vs torch's), so rollout and actor could see different pixels. This module always uses the
 PIL backend, loaded from the folder's ``preprocessor_config.json``, whatever that file names as its
 ``image_processor_type``: every worker computes the same ``pixel_values`` on every machine.
 
