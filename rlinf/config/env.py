@@ -78,7 +78,9 @@ class EnvInitParams:
         camera_heights, camera_widths: camera image size in pixels; null = the simulator's
             default (ManiSkill: the task's sensor size, LIBERO: 128).
         id: ManiSkill task id (``PickCube-v1``); required for ``env_type: maniskill``. Meta-World:
-            the MT1 task name (``reach-v3``), or null with ``task_suite_name``.
+            the MT1 task name (``reach-v3``), or null with ``task_suite_name``. gymnasium
+            (required): a registered id (``Pendulum-v1``), or ``my_module:MyEnv-v0`` to import
+            ``my_module`` first in every env process.
         obs_mode: ManiSkill observation mode: ``state`` or ``rgb`` (``rgb+segmentation`` for the
             bridge digital-twin tasks). Meta-World: ``state`` (39 numbers) or ``rgb`` (the state
             plus one image per camera). LIBERO always returns images and proprio state.
@@ -135,8 +137,10 @@ class EnvConfig:
     """``env.train`` / ``env.eval``: one group of vectorised simulators.
 
     Attributes:
-        env_type: simulator: ``maniskill`` (ManiSkill3), ``libero``, ``metaworld`` (Meta-World v3)
-            or ``toy`` (a pure-numpy reaching task for tests and debugging).
+        env_type: simulator: ``maniskill`` (ManiSkill3), ``libero``, ``metaworld`` (Meta-World v3),
+            ``gymnasium`` (any env registered with gymnasium whose action space is a Box; the
+            id in ``init_params.id``) or ``toy`` (a pure-numpy reaching task for tests and
+            debugging).
         task_suite_name: LIBERO suite (libero_spatial, libero_object, libero_goal, libero_10,
             libero_90), or a Meta-World multi-task set (MT10, MT50) run as one env split.
         task_ids: LIBERO / Meta-World set tasks to use (indices into the suite); null = all
@@ -169,13 +173,15 @@ class EnvConfig:
         init_params: see :class:`EnvInitParams`.
         step_timeout_s: a simulator process that does not answer a step, reset or render within
             this many seconds is reported as hung (our key).
-        envs_per_process: ManiSkill CPU / Meta-World simulation: environments each simulator process holds,
+        envs_per_process: ManiSkill CPU / Meta-World / gymnasium simulation: environments each simulator
+            process holds,
             stepped one after another (1 = a process per environment; with fewer cores than
             environments, a few processes of several envs start faster and step with fewer
             messages) (our key).
         start_timeout_s: limit for starting a simulator process and building its environment
             (our key).
-        sim_in_worker: ManiSkill CPU / Meta-World simulation: the env worker steps its environments itself,
+        sim_in_worker: ManiSkill CPU / Meta-World / gymnasium simulation: the env worker steps its
+            environments itself,
             one after another, instead of in simulator processes: no process start-up and no
             extra message hop per step, one core per env worker; place several env workers
             (``cluster.component_placement.env: 0-1``) to use several cores. A simulator that
@@ -186,7 +192,7 @@ class EnvConfig:
             or max_episode_steps (RLinf's key).
     """
 
-    env_type: Literal["maniskill", "libero", "metaworld", "toy"]
+    env_type: Literal["maniskill", "libero", "metaworld", "gymnasium", "toy"]
     task_suite_name: str | None = None
     task_ids: tuple[int, ...] | None = None
     total_num_envs: int | None = None
@@ -242,12 +248,13 @@ class EnvConfig:
             check(getattr(self, key) > 0, f"{path}.{key}", f"must be > 0, got {getattr(self, key)}")
         check(self.envs_per_process >= 1, f"{path}.envs_per_process",
               f"must be >= 1, got {self.envs_per_process}")
-        check(self.envs_per_process == 1 or self.env_type in ("maniskill", "metaworld"), f"{path}.envs_per_process",
-              f"only ManiSkill and Meta-World group environments in a process; {self.env_type} needs 1")
+        check(self.envs_per_process == 1 or self.env_type in ("maniskill", "metaworld", "gymnasium"),
+              f"{path}.envs_per_process",
+              f"only ManiSkill, Meta-World and gymnasium group environments in a process; {self.env_type} needs 1")
         if self.sim_in_worker:
-            check(self.env_type in ("maniskill", "metaworld"), f"{path}.sim_in_worker",
-                  f"only ManiSkill CPU and Meta-World environments run inside the env worker; {self.env_type} "
-                  "needs its simulator processes")
+            check(self.env_type in ("maniskill", "metaworld", "gymnasium"), f"{path}.sim_in_worker",
+                  f"only ManiSkill CPU, Meta-World and gymnasium environments run inside the env worker; "
+                  f"{self.env_type} needs its simulator processes")
             check(self.init_params.sim_backend != "gpu", f"{path}.sim_in_worker",
                   "sim_backend gpu already simulates every environment in the env worker; drop one")
             check(self.envs_per_process == 1, f"{path}.envs_per_process",
@@ -261,6 +268,8 @@ class EnvConfig:
                   "carry their own")
         if self.env_type == "metaworld":
             self._validate_metaworld(path)
+        if self.env_type == "gymnasium":
+            self._validate_gymnasium(path)
         if self.env_type == "libero":
             suites = ", ".join(LIBERO_SUITES)
             check(self.task_suite_name is not None, f"{path}.task_suite_name",
@@ -271,6 +280,25 @@ class EnvConfig:
             for i, task_id in enumerate(self.task_ids or ()):
                 check(0 <= task_id < n_tasks, f"{path}.task_ids[{i}]",
                       f"{self.task_suite_name} has tasks 0..{n_tasks - 1}, got {task_id}")
+
+    def _validate_gymnasium(self, path: str) -> None:
+        p = self.init_params
+        check(bool(p.id), f"{path}.init_params.id",
+              "env_type gymnasium needs a registered id (e.g. Pendulum-v1, or my_module:MyEnv-v0)")
+        check(self.max_episode_steps is not None, f"{path}.max_episode_steps",
+              "env_type gymnasium needs the episode length here (rollouts are planned from it before any "
+              "env is built; e.g. Pendulum-v1 registers 200)")
+        check(self.task_suite_name is None and self.task_ids is None, f"{path}.task_suite_name",
+              "gymnasium envs have no task suites; name the env in init_params.id")
+        check(p.obs_mode == "state", f"{path}.init_params.obs_mode",
+              f"a gymnasium env returns its own observation (images of a Dict observation are kept as "
+              f"cameras); leave obs_mode at state, got {p.obs_mode!r}")
+        for key in ("control_mode", "reward_mode", "camera_heights", "camera_widths", "camera_names"):
+            check(getattr(p, key) is None, f"{path}.init_params.{key}",
+                  "has no effect on a gymnasium env (it has its own controller, reward and cameras); remove it")
+        for key in ("sim_config", "sensor_configs", "human_render_camera_configs"):
+            check(not getattr(p, key), f"{path}.init_params.{key}", "is a ManiSkill key; remove it")
+        check(not p.shadows, f"{path}.init_params.shadows", "is a LIBERO / Meta-World key; remove it")
 
     def _validate_metaworld(self, path: str) -> None:
         p = self.init_params

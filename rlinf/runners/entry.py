@@ -68,6 +68,8 @@ def run_entry(recipe, cfg: Any, print_fn: Callable = print) -> dict[str, float]:
     if first is not None:
         print_fn(f"[rlinf] {label}: first validation {100 * first:.1f}% -> last validation "
                  f"{100 * last:.1f}% ({100 * (last - first):+.1f} points)")
+    elif summary.get(f"val/{metric}_reported") == 0.0:
+        print_fn(f"[rlinf] {label}: not reported (the environment reports no success)")
     print_fn(f"[rlinf] done: {int(summary['steps'])} steps")
     return summary
 

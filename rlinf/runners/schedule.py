@@ -86,6 +86,9 @@ class ScheduledRunner:
     CURVE_KEYS: tuple[str, ...] = ()
     #: Metric whose first / last value :meth:`summary` reports.
     SUMMARY_KEY = "val/accuracy"
+    #: Metric that is 0 when :attr:`SUMMARY_KEY` could not be measured at all (an environment
+    #: that reports no success); None = it always can.
+    SUMMARY_REPORTED_KEY: str | None = None
 
     schedule: Schedule
     logger: MetricLogger | None
@@ -180,13 +183,16 @@ class ScheduledRunner:
             self.logger.log({k: v for k, v in metrics.items() if k != "step"}, step=int(metrics["step"]))
 
     def summary(self) -> dict[str, float]:
-        """``steps`` and the first / last value of :attr:`SUMMARY_KEY`."""
+        """``steps`` and the first / last value of :attr:`SUMMARY_KEY`; ``val/<name>_reported``
+        0 when it was never measured because :attr:`SUMMARY_REPORTED_KEY` said so."""
         key = self.SUMMARY_KEY
         values = [m[key] for m in self.history if key in m]
         out = {"steps": float(self.step)}
+        name = key.split("/")[-1]
         if values:
-            name = key.split("/")[-1]
             out.update({f"val/first_{name}": values[0], f"val/last_{name}": values[-1]})
+        elif self.SUMMARY_REPORTED_KEY and any(m.get(self.SUMMARY_REPORTED_KEY) == 0.0 for m in self.history):
+            out[f"val/{name}_reported"] = 0.0
         return out
 
     def plot(self, path: str) -> list[str]:

@@ -93,18 +93,31 @@ def episode_metrics(records: Sequence[dict], prefix: str = "eval") -> dict[str, 
     """``{prefix}/success_rate`` with its 95 % Wilson interval (``success_rate_low`` /
     ``success_rate_high``), mean return and length and the number of episodes.
 
+    An episode whose env reports no success (``"success": None``, a gymnasium env without
+    ``info["success"]`` / ``info["is_success"]``) is left out of the rate; when some are,
+    ``{prefix}/success_reported`` is the share that reported, and when none did the rate and its
+    interval are absent ("not reported"), not 0.
+
     >>> m = episode_metrics([{"success": True, "return": 1.0, "length": 4},
     ...                      {"success": False, "return": 0.0, "length": 8}])
     >>> m["eval/success_rate"], m["eval/episode_length"], m["eval/episodes"], round(m["eval/success_rate_low"], 4)
     (0.5, 6.0, 2.0, 0.0945)
+    >>> sorted(episode_metrics([{"success": None, "return": 1.0, "length": 4}]))
+    ['eval/episode_length', 'eval/episode_return', 'eval/episodes', 'eval/success_reported']
     """
     n = len(records)
     if n == 0:
         return {f"{prefix}/episodes": 0.0}
-    wins = sum(bool(r["success"]) for r in records)
-    low, high = wilson_interval(wins, n)
-    return {f"{prefix}/success_rate": wins / n, f"{prefix}/success_rate_low": low,
-            f"{prefix}/success_rate_high": high,
+    counted = [bool(r["success"]) for r in records if r["success"] is not None]
+    out: dict[str, float] = {}
+    if counted:
+        wins = sum(counted)
+        low, high = wilson_interval(wins, len(counted))
+        out.update({f"{prefix}/success_rate": wins / len(counted), f"{prefix}/success_rate_low": low,
+                    f"{prefix}/success_rate_high": high})
+    if len(counted) < n:
+        out[f"{prefix}/success_reported"] = len(counted) / n
+    return {**out,
             f"{prefix}/episode_return": sum(float(r["return"]) for r in records) / n,
             f"{prefix}/episode_length": sum(float(r["length"]) for r in records) / n,
             f"{prefix}/episodes": float(n)}

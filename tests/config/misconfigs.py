@@ -34,6 +34,7 @@ def _e(overrides, key, why, config="toy_ppo_mlp"):
 MS = "maniskill_ppo_mlp_cpu"
 VLA = "maniskill_ppo_openvlaoft_tiny_cpu"
 LIBERO = "libero_grpo_openvlaoft_tiny_cpu"
+GYM = "gymnasium_pendulum_ppo_mlp_cpu"
 
 CASES = [
     # ---- math: cluster
@@ -306,4 +307,7 @@ CASES = [
     _e(["++actor.model.noise_level=0.8"], "actor.model.noise_level", "a fixed level beside the schedule",
        "maniskill_ppo_flow_cpu"),
     _e(["++actor.model.noise_anneal=true"], "actor.model.noise_anneal", "a noise schedule for a Gaussian MLP", MS),
+    # ---- embodied: any gymnasium env
+    _e(["env.train.init_params.id=Pendulm-v1"], "env.train.init_params.id", "a gymnasium id not registered", GYM),
+    _e(["env.eval.init_params.id=CartPole-v1"], "env.eval.init_params.id", "a Discrete action space", GYM),
 ]

@@ -39,6 +39,7 @@ BASE = {
     "maniskill_ppo_openvlaoft_tiny_cpu": ["runner.output_dir={out}", "actor.model.model_path={vla}",
                                           "actor.model.lora_path={lora}"],
     "libero_grpo_openvlaoft_tiny_cpu": ["runner.output_dir={out}", "actor.model.model_path={vla}"],
+    "gymnasium_pendulum_ppo_mlp_cpu": ["runner.output_dir={out}"],
 }
 
 

@@ -7,6 +7,8 @@
 * ``libero`` — LIBERO suites (:mod:`~rlinf.engines.simulators.libero`): worker processes.
 * ``metaworld`` — Meta-World v3 MT1 tasks and MT10 / MT50 sets
   (:mod:`~rlinf.engines.simulators.metaworld`): worker processes.
+* ``gymnasium`` — any registered gymnasium env with a Box action space
+  (:mod:`~rlinf.engines.simulators.gymnasium_env`): worker processes.
 
 Build one from ``env.train`` / ``env.eval`` with :func:`make_vector_env`; episode rules are shared
 (:class:`~rlinf.engines.simulators.episodes.EpisodeVectorEnv`). Videos:
@@ -29,6 +31,7 @@ import numpy as np
 from rlinf.config.env import EnvConfig
 from rlinf.engines.simulators.base import EnvObs, SimulatorError, StepResult, VectorEnv
 from rlinf.engines.simulators.episodes import BatchSim, EpisodeVectorEnv
+from rlinf.engines.simulators.gymnasium_env import build_gymnasium_sim
 from rlinf.engines.simulators.maniskill import build_maniskill_sim
 from rlinf.engines.simulators.metaworld import build_metaworld_sim
 from rlinf.engines.simulators.single import SerialBatchSim
@@ -69,6 +72,8 @@ def make_vector_env(cfg: EnvConfig, num_envs: int | None = None, rank: int = 0) 
         sim = build_libero_sim(cfg, n)
     elif cfg.env_type == "metaworld":
         sim = build_metaworld_sim(cfg, n)
+    elif cfg.env_type == "gymnasium":
+        sim = build_gymnasium_sim(cfg, n)
     else:  # pragma: no cover - EnvConfig rejects it
         raise ValueError(f"unknown env_type {cfg.env_type!r}")
     seed = int(np.random.SeedSequence([cfg.seed, rank]).generate_state(1)[0]) if rank else cfg.seed

@@ -137,6 +137,7 @@ class EmbodiedRunner(ScheduledRunner):
     BAR_KEYS = {"train_sr": "env/success_rate", "eval_sr": "eval/success_rate", "s/step": "time/step"}
     CURVE_KEYS = ("env/success_rate", "eval/success_rate", "env/episode_return", "actor/value_loss")
     SUMMARY_KEY = "eval/success_rate"
+    SUMMARY_REPORTED_KEY = "eval/success_reported"  # 0: the env reports no success (gymnasium)
 
     def __init__(self, cfg: EmbodiedConfig, groups: EmbodiedGroups, logger: MetricLogger | None = None):
         self.cfg, self.groups, self.logger = cfg, groups, logger

@@ -107,8 +107,10 @@ def embodied_memory(cfg, plan, capacity: Capacity, on_gpu: bool) -> MemoryEstima
         out["env"] = ComponentMemory("env", (MemoryItem("simulators", per_proc * LIBERO_PROCESS, where="host",
                                                         note=f"{per_proc} LIBERO processes (measured)"),),
                                      ("env.train.total_num_envs", "more env ranks (cluster.component_placement)"))
-    else:
+    elif env.env_type == "toy":
         out["env"] = ComponentMemory("env", (), note="toy env: numpy arrays only")
+    else:
+        out["env"] = ComponentMemory("env", (), note=f"{env.env_type} simulators: not estimated")
     try:
         shape, small = _policy_shape(cfg)
     except ConfigError as exc:

@@ -25,7 +25,7 @@ from rlinf.runners.recipe import Recipe, run_recipe
 
 #: ``env.<split>.env_type`` -> (the extra that installs it, the library's name)
 SIMULATOR_EXTRAS = {"maniskill": ("embodied", "ManiSkill3"), "libero": ("libero", "LIBERO"),
-                    "metaworld": ("metaworld", "Meta-World")}
+                    "metaworld": ("metaworld", "Meta-World"), "gymnasium": ("embodied", "gymnasium")}
 
 
 def link_labels(cfg) -> str:
@@ -73,7 +73,8 @@ class EmbodiedRecipe(Recipe):
 
     def needed_extras(self, raw: Any) -> list[tuple[str, str]]:
         """Per split ``env.<split>.env_type``: ``maniskill`` -> ``embodied``, ``libero`` ->
-        ``libero``, ``metaworld`` -> ``metaworld`` (``toy`` needs nothing); ``save_video`` ->
+        ``libero``, ``metaworld`` -> ``metaworld``, ``gymnasium`` -> ``embodied`` (which brings
+        gymnasium; ``toy`` needs nothing); ``save_video`` ->
         ``embodied`` (imageio); ``actor.model.model_type`` openvla / openvla_oft -> ``math`` and
         ``embodied`` (transformers, peft); pi0 / pi05 -> ``math`` and ``embodied`` (transformers,
         sentencepiece)."""

@@ -8,6 +8,9 @@ before any worker starts (:func:`probe_obs_spec`).
 * ``metaworld``: the task name must be a v3 task (close matches named otherwise) and the library
   installed; one environment of the first selected task is built, reset once and closed (about
   5 s with the import; with ``obs_mode: rgb`` its cameras render once).
+* ``gymnasium``: the id's module (``module:Id``) must import, the id be registered (close ids
+  named otherwise) and its action space a bounded Box; one env is built, reset once and closed
+  (and, with ``video_cfg.save_video``, rendered once).
 * ``libero``: the library, its config file and assets must be present; shapes come from the
   adapter (7-D actions, an 8-D state, one image per camera), no MuJoCo scene is loaded.
 
@@ -37,10 +40,12 @@ def probe_obs_spec(cfg: Any, key: str) -> ObsSpec:
     """The :class:`ObsSpec` the env workers of split ``cfg`` (an ``EnvConfig`` at ``key``) will
     report. Results are cached per distinct simulator settings for the life of the process."""
     p = cfg.init_params
-    ident = (cfg.env_type, p.id, p.obs_mode, p.control_mode, p.camera_heights, p.camera_widths,
-             p.camera_names, cfg.task_suite_name, cfg.task_ids, repr(p.sensor_configs), repr(p.sim_config))
+    ident = (cfg.env_type, p.id, cfg.video_cfg.save_video, p.obs_mode, p.control_mode, p.camera_heights,
+             p.camera_widths, p.camera_names, cfg.task_suite_name, cfg.task_ids, repr(p.sensor_configs),
+             repr(p.sim_config))
     if ident not in _cache:
-        probe = {"toy": _toy, "maniskill": _maniskill, "libero": _libero, "metaworld": _metaworld}[cfg.env_type]
+        probe = {"toy": _toy, "maniskill": _maniskill, "libero": _libero, "metaworld": _metaworld,
+                 "gymnasium": _gymnasium}[cfg.env_type]
         _cache[ident] = probe(cfg, key)
     return _cache[ident]
 
@@ -175,6 +180,33 @@ def _metaworld(cfg: Any, key: str) -> ObsSpec:
     except Exception as exc:  # noqa: BLE001 - MuJoCo / GL raise plain exceptions
         raise ConfigError(f"{key}.init_params",
                           f"Meta-World cannot reset {env.task_name}: {_first_line(exc)}") from None
+    finally:
+        env.close()
+
+
+def _gymnasium(cfg: Any, key: str) -> ObsSpec:
+    # lazy: only the env_type being probed loads its simulator module
+    from rlinf.engines.simulators.gymnasium_env import GymnasiumSingleEnv, check_gymnasium_installed, single_env_kwargs
+
+    try:
+        check_gymnasium_installed()
+    except ImportError as exc:
+        raise ConfigError(f"{key}.env_type", f"gymnasium: {exc}") from None
+    try:
+        env = GymnasiumSingleEnv(**single_env_kwargs(cfg))
+    except SimulatorError as exc:
+        raise ConfigError(f"{key}.init_params.id", str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a user's env may raise anything while it is built
+        raise ConfigError(f"{key}.init_params.id",
+                          f"gymnasium cannot build {cfg.init_params.id}: {_first_line(exc)}") from None
+    try:
+        spec = _spec_of(env.reset(0), env.spec())
+        if cfg.video_cfg.save_video:
+            env.render()
+        return spec
+    except Exception as exc:  # noqa: BLE001 - a user's env may raise anything
+        raise ConfigError(f"{key}.init_params.id",
+                          f"gymnasium env {cfg.init_params.id} fails on reset / render: {_first_line(exc)}") from None
     finally:
         env.close()
 

@@ -153,6 +153,7 @@ class OffPolicyRunner(ScheduledRunner):
     CURVE_KEYS = ("env/success_rate", "eval/success_rate", "env/episode_return", "actor/critic_loss", "actor/q_mean",
                   "actor/alpha")
     SUMMARY_KEY = "eval/success_rate"
+    SUMMARY_REPORTED_KEY = "eval/success_reported"  # 0: the env reports no success (gymnasium)
 
     def __init__(self, cfg, groups: OffPolicyGroups, logger: MetricLogger | None = None,
                  print_fn: Callable = print):

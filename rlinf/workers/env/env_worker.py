@@ -299,8 +299,9 @@ class _ChunkRun:
         if bool(ended.any()):
             info = res.infos
             ids = torch.nonzero(ended).view(-1)
+            reported = info.get("success_reported")  # gymnasium envs: whether the env reports success
             self.stats.add(info["episode_return"].cpu()[ids], info["episode_length"].cpu()[ids],
-                           info["success_once"].cpu()[ids])
+                           info["success_once"].cpu()[ids], None if reported is None else reported.cpu()[ids])
             if self.tracker is not None:
                 self.tracker.ended(ids.tolist(), info)
             last = res.final_obs if res.final_obs is not None else res.obs
@@ -339,10 +340,12 @@ class _EpisodeTracker:
         """Record the episodes of ``rows`` (not padding, not recorded yet) from step infos."""
         returns, lengths = info["episode_return"].cpu(), info["episode_length"].cpu()
         success = info["success_once"].cpu()
+        reported = info.get("success_reported")  # absent: the simulator always reports success
         for r in rows:
             if self.episodes[r] >= 0 and r not in self._records:
+                known = reported is None or bool(reported.cpu()[r])
                 self._records[r] = {"episode": self.episodes[r], "seed": self.seeds[r], "task": self.tasks[r],
-                                    "success": bool(success[r]), "return": float(returns[r]),
+                                    "success": bool(success[r]) if known else None, "return": float(returns[r]),
                                     "length": int(lengths[r]), "ended": ended}
 
     def records(self) -> list[dict]:

@@ -52,29 +52,54 @@ class ObsMessage:
 class EpisodeStats:
     """Finished episodes of a rollout (one entry per episode); an evaluation round also lists
     each of its episodes in ``episodes`` (dicts with
-    :data:`~rlinf.utils.eval_episodes.RECORD_FIELDS`)."""
+    :data:`~rlinf.utils.eval_episodes.RECORD_FIELDS`).
+
+    ``reported`` says, per episode, whether its environment reported success at all (a
+    gymnasium env without ``info["success"]`` / ``info["is_success"]`` does not); the success
+    rate counts only those episodes, and is absent, not 0, when none did.
+
+    Example:
+        >>> s = EpisodeStats()
+        >>> s.add(torch.tensor([1.0, 3.0]), torch.tensor([5.0, 5.0]), torch.tensor([False, False]),
+        ...       reported=torch.tensor([0.0, 0.0]))
+        >>> s.metrics("env")
+        {'env/success_reported': 0.0, 'env/episode_return': 2.0, 'env/episode_length': 5.0, 'env/episodes': 2.0}
+    """
 
     returns: list[float] = field(default_factory=list)
     lengths: list[float] = field(default_factory=list)
     successes: list[bool] = field(default_factory=list)
     episodes: list[dict] = field(default_factory=list)
+    reported: list[bool] = field(default_factory=list)
 
-    def add(self, returns: torch.Tensor, lengths: torch.Tensor, successes: torch.Tensor) -> None:
+    def add(self, returns: torch.Tensor, lengths: torch.Tensor, successes: torch.Tensor,
+            reported: torch.Tensor | None = None) -> None:
+        """Episodes that ended; ``reported``: per episode, whether the env reported success
+        (None: every one did)."""
         self.returns += returns.tolist()
         self.lengths += lengths.tolist()
         self.successes += successes.bool().tolist()
+        self.reported += [True] * len(returns) if reported is None else reported.bool().tolist()
 
     def merge(self, other: EpisodeStats) -> EpisodeStats:
         return EpisodeStats(self.returns + other.returns, self.lengths + other.lengths,
-                            self.successes + other.successes, self.episodes + other.episodes)
+                            self.successes + other.successes, self.episodes + other.episodes,
+                            self.reported + other.reported)
 
     def metrics(self, prefix: str) -> dict[str, float]:
-        """``{prefix}/success_rate``, ``episode_return``, ``episode_length``, ``episodes``."""
+        """``{prefix}/success_rate`` (over the episodes whose env reported success; absent when
+        none did, with ``{prefix}/success_reported`` then the share that did: 0),
+        ``episode_return``, ``episode_length``, ``episodes``."""
         n = len(self.returns)
         if n == 0:
             return {f"{prefix}/episodes": 0.0}
-        return {f"{prefix}/success_rate": sum(self.successes) / n,
-                f"{prefix}/episode_return": sum(self.returns) / n,
+        counted = [s for s, ok in zip(self.successes, self.reported) if ok]
+        out: dict[str, float] = {}
+        if counted:
+            out[f"{prefix}/success_rate"] = sum(counted) / len(counted)
+        if len(counted) < n:
+            out[f"{prefix}/success_reported"] = len(counted) / n
+        return {**out, f"{prefix}/episode_return": sum(self.returns) / n,
                 f"{prefix}/episode_length": sum(self.lengths) / n,
                 f"{prefix}/episodes": float(n)}
 
