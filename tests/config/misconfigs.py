@@ -310,4 +310,5 @@ CASES = [
     # ---- embodied: any gymnasium env
     _e(["env.train.init_params.id=Pendulm-v1"], "env.train.init_params.id", "a gymnasium id not registered", GYM),
     _e(["env.eval.init_params.id=CartPole-v1"], "env.eval.init_params.id", "a Discrete action space", GYM),
+    _e(["actor.model.action_dim=2"], "actor.model.action_dim", "two actions for Pendulum's one torque", GYM),
 ]

@@ -42,9 +42,13 @@ class BoxReach(gym.Env):
 
 
 class DictGoal(gym.Env):
-    """Move a 2-D point towards a goal; success within 0.3 (terminates)."""
+    """Move a 2-D point towards a goal; success within 0.3 (terminates). Renders a 16x16 frame
+    with ``render_mode="rgb_array"``."""
 
-    def __init__(self):
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
         self.observation_space = spaces.Dict({
             "pos": spaces.Box(-5, 5, (2,), np.float32), "goal": spaces.Box(-5, 5, (2,), np.float32),
             "a_vel": spaces.Box(-5, 5, (1,), np.float32), "cam": spaces.Box(0, 255, (8, 8, 3), np.uint8)})
@@ -64,6 +68,13 @@ class DictGoal(gym.Env):
         dist = float(np.linalg.norm(self._pos - self._goal))
         success = dist < 0.3
         return self._obs(), -dist, success, False, {"is_success": success}
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.zeros((16, 16, 3), np.uint8)
+        frame[..., 1] = 100
+        return frame
 
     def _obs(self):
         cam = np.zeros((8, 8, 3), np.uint8)

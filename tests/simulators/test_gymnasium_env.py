@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from rlinf.config.env import EnvConfig
 from rlinf.engines.simulators import make_vector_env
+from rlinf.engines.simulators.base import SimulatorError
 from rlinf.engines.simulators.gymnasium_env import GymnasiumSingleEnv
 from rlinf.utils.eval_episodes import EpisodeLog, episode_metrics
 from rlinf.utils.typed_config import ConfigError, parse_section
@@ -66,7 +67,14 @@ def test_dict_observations_flatten_in_sorted_key_order_with_images_apart_and_suc
         if step.success:
             break
     assert successes[-1] and not any(successes[:-1]) and step.terminated
+    with pytest.raises(SimulatorError, match="renders no frame .*set env.<split>.video_cfg.save_video"):
+        env.render()  # built without render_mode
     env.close()
+    videos = GymnasiumSingleEnv(DICT, render=True)  # video_cfg.save_video: render_mode rgb_array
+    videos.reset(0)
+    frame = videos.render()
+    assert frame.shape == (16, 16, 3) and frame.dtype == np.uint8 and frame[0, 0, 1] == 100
+    videos.close()
 
 
 def test_simulator_processes_import_the_module_and_match_the_in_worker_envs():
@@ -123,7 +131,8 @@ def test_success_metrics_say_not_reported_instead_of_zero():
 
 def test_the_pendulum_config_runs_one_ppo_step_on_the_local_backend_with_success_not_reported(tmp_path):
     from rlinf.config.resolvers import register_resolvers
-    from rlinf.runners.embodied.recipe import run_embodied
+    from rlinf.runners.embodied.recipe import EMBODIED_RECIPE
+    from rlinf.runners.entry import run_entry
     from rlinf.utils.metric_logger import read_metrics
 
     os.environ.setdefault("REPO_PATH", str(ROOT))
@@ -137,7 +146,7 @@ def test_the_pendulum_config_runs_one_ppo_step_on_the_local_backend_with_success
     with initialize_config_dir(str(ROOT / "examples" / "embodiment" / "config"), version_base="1.3"):
         raw = OmegaConf.to_container(compose("gymnasium_pendulum_ppo_mlp_cpu", overrides=overrides), resolve=True)
     lines: list[str] = []
-    summary = run_embodied(raw, print_fn=lambda *a: lines.append(" ".join(map(str, a))))
+    summary = run_entry(EMBODIED_RECIPE, raw, print_fn=lambda *a: lines.append(" ".join(map(str, a))))
     log_path = raw["runner"]["logger"]["log_path"]
     metrics = {int(m["step"]): m for m in read_metrics(os.path.join(log_path, "metrics.jsonl"))}
     last = metrics[1]
@@ -145,6 +154,7 @@ def test_the_pendulum_config_runs_one_ppo_step_on_the_local_backend_with_success
     assert last["env/success_reported"] == 0.0 and last["eval/episodes"] == 2.0
     assert -16.3 * 0.1 * 4 <= last["eval/episode_return"] < 0  # reward_coef 0.1, 4 steps of -16.3..0
     assert summary["val/success_rate_reported"] == 0.0 and "val/first_success_rate" not in summary
+    assert "[rlinf] eval success rate: not reported (the environment reports no success)" in lines
     episodes = EpisodeLog(log_path).read()
     assert episodes and all(e["success"] is None and e["task"] == "Pendulum-v1" for e in episodes)
 
