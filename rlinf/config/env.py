@@ -156,7 +156,8 @@ class EnvConfig:
             False: each episode starts from a freshly drawn state.
         max_episode_steps: steps after which an episode is truncated; null = the simulator's
             default (ManiSkill: the task's registered limit, LIBERO: per suite, see
-            :data:`LIBERO_SUITES`, Meta-World: the task's max path length, 500).
+            :data:`LIBERO_SUITES`, Meta-World: the task's max path length, 500); gymnasium: required
+            (the env is built with this limit).
         use_rel_reward: reward is the difference between this step's and the previous step's
             (scaled) reward.
         reward_coef: scale of the simulator's reward.
