@@ -56,7 +56,8 @@ WORKLOADS = {
     "math": ("examples/math/config", "grpo_tiny_disaggregated", ["data.rollout_batch_size=16"]),
     "pushcube": ("examples/embodiment/config", "maniskill_ppo_mlp_cpu", []),
     "tool": ("examples/tool_agent/config", "calc_tiny_disaggregated",
-             ["data.rollout_batch_size=8", "algorithm.group_size=4", "agentloop.tool_concurrency=32",
+             ["data.rollout_batch_size=8", "algorithm.group_size=4", "algorithm.training_batch_size_per_gpu=16",
+              "agentloop.tool_concurrency=32",
               f"++tools.calculator.latency={LATENCY}"]),
 }
 

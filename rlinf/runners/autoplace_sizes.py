@@ -11,7 +11,11 @@ and per-decode-step overhead of a small model, a collective), ``W`` the work tha
   sizes is 1); a fit with ``c < 0`` (faster than linear: noise) keeps linear scaling from the
   smaller size, and one with ``W <= 0`` (no faster per unit on more) puts all of it in ``c``;
 * ``seconds_per_sample_at = {n: b_n / samples_per_step}`` for the measured sizes above 1, which
-  the planner interpolates in log-log (:meth:`~rlinf.scheduler.autoplace.RoleFigures.speedup`).
+  the planner interpolates in log-log (:meth:`~rlinf.scheduler.autoplace.RoleFigures.speedup`);
+* a role that waits outside the run (``wait_s_per_step``: the tool agent's rollout waiting for its
+  tools) waits for the slowest of fewer samples on more units: ``wait_s_per_step`` on one unit and
+  ``wait_s_per_step_at`` at the measured sizes above 1
+  (:meth:`~rlinf.scheduler.autoplace.RoleFigures.wait_on`).
 
 On shared cores a role's processes then cost ``n x b_n`` CPU seconds, more than ``b_1`` when ``c >
 0``: the cost of an extra process that linear scaling hides (measured on the tiny math run, where
@@ -31,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 
 from rlinf.scheduler.placement import ClusterShape, plan_placement
@@ -71,6 +76,20 @@ def _fit(a: int, b_a: float, b: int, b_b: float) -> tuple[float, float, str]:
     return (b_a if a == 1 else fixed + divisible), fixed, f"fixed {fixed:.3g} s per unit + {divisible:.3g} s divisible"
 
 
+def _waits(a: int, w_a: float, b: int, w_b: float) -> tuple[float, dict[int, float]]:
+    """``(wait on 1 unit, {units: wait})`` from the waits measured on ``a < b`` units: on 1 the
+    measured one when ``a`` is 1, else the two points' log-log line continued down to 1 (its
+    exponent held between flat and ``1/n``)."""
+    if a == 1:
+        one = w_a
+    elif w_a > 0 and w_b > 0:
+        slope = min(0.0, max(-1.0, math.log(w_b / w_a) / math.log(b / a)))
+        one = w_a * a ** -slope
+    else:
+        one = w_a
+    return _fig(one), {n: _fig(w) for n, w in ((a, w_a), (b, w_b)) if n > 1}
+
+
 def combine_sizes(first: Mapping, second: Mapping, units_first: Mapping[str, int],
                   units_second: Mapping[str, int]) -> tuple[dict, list[str]]:
     """One profile from two measured ones (see the module docstring); ``units_*``: each role's
@@ -105,4 +124,8 @@ def combine_sizes(first: Mapping, second: Mapping, units_first: Mapping[str, int
         figures["seconds_per_sample"] = _fig(one / samples)
         figures["seconds_per_sample_at"] = {n: _fig(s / samples) for n, s in ((a, b_a), (b, b_b)) if n > 1}
         notes.append(f"{role}: {b_a:.3g} s per unit per step on {a} unit(s), {b_b:.3g} s on {b}: {how}")
+        waits = {n1: figures.get("wait_s_per_step", 0.0), n2: other.get("wait_s_per_step", 0.0)}
+        if any(waits.values()):
+            figures["wait_s_per_step"], figures["wait_s_per_step_at"] = _waits(a, waits[a], b, waits[b])
+            notes.append(f"{role}: waits {waits[a]:.3g} s per step on {a} unit(s), {waits[b]:.3g} s on {b}")
     return out, notes

@@ -116,3 +116,30 @@ def test_the_second_run_changes_the_most_roles_counts_and_both_join_in_one_file(
     assert joined.roles["rollout"].seconds_per_sample == pytest.approx(0.004)  # measured on 1 unit
     assert len(notes) == 3 and ("rollout: 1.02 s per unit per step on 1 unit(s), 0.7 s on 2: fixed 0.376 s per unit "
                                 "+ 0.648 s divisible") in notes
+
+
+def test_a_waiting_role_gets_its_wait_at_both_sizes_and_the_simulation_uses_the_one_of_its_units():
+    # the tool agent's rollout under load: 2.65 s of waiting a step on 1 process, 1.06 s on 2
+    first, second = _profile(rollout=0.01), _profile(rollout=0.006)
+    first["roles"]["rollout"]["wait_s_per_step"], second["roles"]["rollout"]["wait_s_per_step"] = 2.65, 1.06
+    out, notes = combine_sizes(first, second, {"rollout": 1}, {"rollout": 2})
+    assert out["roles"]["rollout"]["wait_s_per_step"] == 2.65
+    assert out["roles"]["rollout"]["wait_s_per_step_at"] == {2: 1.06}
+    assert notes[1] == "rollout: waits 2.65 s per step on 1 unit(s), 1.06 s on 2"
+    # neither size 1: 1.0 s on 2, 0.8 s on 3 -> exponent log(0.8)/log(1.5), continued down to 1
+    first["roles"]["rollout"]["wait_s_per_step"], second["roles"]["rollout"]["wait_s_per_step"] = 1.0, 0.8
+    out, _ = combine_sizes(first, second, {"rollout": 2}, {"rollout": 3})
+    assert out["roles"]["rollout"]["wait_s_per_step"] == pytest.approx(2 ** 0.5503, abs=1e-3)
+    assert out["roles"]["rollout"]["wait_s_per_step_at"] == {2: 1.0, 3: 0.8}
+
+    wf = Workflow(flow=(Stage("rollout"), Stage("actor")), trainer="actor", receivers=("rollout",))
+    roles = {"rollout": {"seconds_per_sample": 0.01, "memory_gib": 1, "wait_s_per_step": 2.0},
+             "actor": {"seconds_per_sample": 0.002, "memory_gib": 1}}
+    base = {"accelerator_memory_gib": 10, "samples_per_step": 100, "offload_s": 0.0, "weight_sync_s": 0.0}
+    flat = parse_profile({**base, "roles": roles})
+    measured = parse_profile({**base, "roles": {**roles, "rollout": {**roles["rollout"],
+                                                                     "wait_s_per_step_at": {2: 0.5}}}})
+    plan = plan_placement({"rollout,actor": "0-1"}, ClusterShape(1, 2))  # the step waits for its slowest sample
+    assert predict(plan, flat, wf).step_s - predict(plan, measured, wf).step_s == pytest.approx(1.5)
+    one = plan_placement({"rollout": 0, "actor": 1}, ClusterShape(1, 2))
+    assert predict(one, flat, wf).step_s == pytest.approx(predict(one, measured, wf).step_s)

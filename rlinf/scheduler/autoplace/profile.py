@@ -75,7 +75,12 @@ class RoleFigures:
         seconds_per_token: seconds per token of a sample (used with the profile's ``tokens_per_sample``).
         seconds_per_env_step: seconds per simulator step (used with ``env_steps_per_sample``).
         wait_s_per_step: seconds per step the role waits without using its accelerators (tool calls,
-            HTTP), after its work, when the step waits for its slowest sample (not with streaming).
+            HTTP), after its work, when the step waits for its slowest sample (not with streaming);
+            on one unit when ``wait_s_per_step_at`` is given, else on any number.
+        wait_s_per_step_at: measured waits when given N units (``{2: 1.3}``): fewer samples per
+            unit wait for a shorter tail. Between points the wait is interpolated in log-log; beyond
+            the last it continues the last segment's exponent, held between flat and ``1/N``
+            (:meth:`wait_on`).
         threads_per_process: CPU cores one process keeps busy (only with the profile's
             ``cores_per_node``: the simulator shares a node's cores among running processes).
         processes_per_accelerator: processes the role may run on each accelerator (env workers):
@@ -91,6 +96,7 @@ class RoleFigures:
     seconds_per_token: float | None = None
     seconds_per_env_step: float | None = None
     wait_s_per_step: float = 0.0
+    wait_s_per_step_at: dict[int, float] | None = None
     threads_per_process: float = 1.0
     processes_per_accelerator: tuple[int, ...] = (1,)
     accelerator: bool = True
@@ -107,6 +113,10 @@ class RoleFigures:
             check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"{path}.seconds_per_sample_at",
                   f"keys are accelerator counts >= 1, got {n!r}")
             _positive(s, f"{path}.seconds_per_sample_at.{n}")
+        for n, s in (self.wait_s_per_step_at or {}).items():
+            check(isinstance(n, int) and not isinstance(n, bool) and n >= 1, f"{path}.wait_s_per_step_at",
+                  f"keys are unit counts >= 1, got {n!r}")
+            _positive(s, f"{path}.wait_s_per_step_at.{n}", zero_ok=True)
         check(bool(self.processes_per_accelerator) and all(k >= 1 for k in self.processes_per_accelerator),
               f"{path}.processes_per_accelerator", f"a list of ints >= 1, got {self.processes_per_accelerator!r}")
 
@@ -164,6 +174,31 @@ class RoleFigures:
             return points[lo]
         slope = math.log(points[hi] / points[lo]) / math.log(hi / lo)
         return points[lo] * (n / lo) ** slope
+
+    def wait_on(self, n: int) -> float:
+        """Seconds per step the role waits on ``n`` units (see ``wait_s_per_step_at``).
+
+        >>> RoleFigures(seconds_per_sample=1.0, memory_gib=1, wait_s_per_step=2.0).wait_on(4)
+        2.0
+        >>> f = RoleFigures(seconds_per_sample=1.0, memory_gib=1, wait_s_per_step=2.0, wait_s_per_step_at={2: 1.0})
+        >>> f.wait_on(2), f.wait_on(4), round(f.wait_on(3), 3)
+        (1.0, 0.5, 0.667)
+        """
+        points = {1: self.wait_s_per_step, **(self.wait_s_per_step_at or {})}
+        if len(points) == 1 or n in points:
+            return points.get(n, self.wait_s_per_step)
+        ks = sorted(points)
+        lo = max((k for k in ks if k <= n), default=ks[0])
+        hi = min((k for k in ks if k >= n), default=None)
+        if hi is None:
+            lo, hi = ks[-2], ks[-1]
+        a, b = points[lo], points[hi]
+        if a <= 0 or b <= 0:
+            return b if n >= hi else a
+        slope = math.log(b / a) / math.log(hi / lo)
+        if n > ks[-1]:
+            slope = min(0.0, max(-1.0, slope))
+        return a * (n / lo) ** slope
 
     def work_s(self, profile: Profile) -> float:
         """Seconds of work per step on one accelerator: ``samples_per_step`` x seconds per sample."""

@@ -19,7 +19,8 @@ The model (docs/placement_planner.md says it with its limits):
 * :class:`~.workflow.Loop` (env and policy): ``pipeline_stages`` groups, each alternating
   ``iterations`` times (capped at 32 rounds of the same total work); group g's env step may
   overlap group g+1's policy step when the two roles have their own devices.
-* A role's ``wait_s_per_step`` (tools, HTTP) delays its last piece without holding devices.
+* A role's wait (tools, HTTP: ``wait_s_per_step``, on its units ``wait_s_per_step_at``) delays its
+  last piece without holding devices.
 * After the flow's last piece: the driver's own work (``driver_s_per_step``, one core of node 0),
   then the weight sync (``weight_sync_s``, holding the trainer's and
   the receivers' devices), then a switch back when the trainer shares devices with the flow's first
@@ -234,10 +235,11 @@ def _link(prev_out, prev_roles, roles, offload, t, tasks, holders, whole_batch=F
 
 
 def _wait(role: _Role, out: list[str], t: int, tasks: list[Task]) -> list[str]:
-    if role.figures.wait_s_per_step <= 0:
+    wait = role.figures.wait_on(role.units)
+    if wait <= 0:
         return out
     name = f"s{t}/{role.name}/wait"
-    tasks.append(Task(name, role.figures.wait_s_per_step, (), {}, (out[-1],), role.name, "wait", t))
+    tasks.append(Task(name, wait, (), {}, (out[-1],), role.name, "wait", t))
     return out[:-1] + [name]
 
 
