@@ -114,6 +114,46 @@ class _StopWhenAsked:
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
+def sampling_processors(sampling: SamplingParams, prompt_len: int, recorder: _RawLogprobRecorder, *,
+                        vocab_size: int, eos_token_ids: list[int], device: torch.device):
+    """The logits processors of the module docstring's pipeline, the recorder first (also used by
+    the VLM rollout, :mod:`rlinf.engines.rollout.hf_vlm`). ``eos_token_ids``: EOS plus
+    ``sampling.stop_token_ids``."""
+    # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
+    from transformers import (
+        LogitsProcessorList,
+        MinNewTokensLengthLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    procs = LogitsProcessorList([recorder])
+    if sampling.repetition_penalty != 1.0:
+        procs.append(RepetitionPenaltyLogitsProcessor(penalty=float(sampling.repetition_penalty)))
+    if sampling.frequency_penalty:
+        procs.append(FrequencyPenalty(sampling.frequency_penalty, prompt_len))
+    if sampling.min_new_tokens > 0 and eos_token_ids:
+        procs.append(MinNewTokensLengthLogitsProcessor(
+            prompt_length_to_skip=prompt_len, min_new_tokens=int(sampling.min_new_tokens),
+            eos_token_id=list(eos_token_ids), device=str(device)))
+    if sampling.do_sample:
+        if sampling.temperature != 1.0:
+            procs.append(TemperatureLogitsWarper(float(sampling.temperature)))
+        top_k = effective_top_k(sampling.top_k, vocab_size)
+        if top_k is not None:
+            procs.append(TopKLogitsWarper(top_k=top_k))
+        if sampling.top_p < 1.0:
+            procs.append(TopPLogitsWarper(top_p=float(sampling.top_p)))
+        if sampling.min_p > 0:
+            # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
+            from transformers import MinPLogitsWarper
+
+            procs.append(MinPLogitsWarper(min_p=float(sampling.min_p)))
+    return procs
+
+
 class HFRolloutEngine(RolloutEngine):
     """Rollout with ``AutoModelForCausalLM.generate``.
 
@@ -204,39 +244,8 @@ class HFRolloutEngine(RolloutEngine):
         return out
 
     def _processors(self, sampling: SamplingParams, prompt_len: int, recorder: _RawLogprobRecorder):
-        # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
-        from transformers import (
-            LogitsProcessorList,
-            MinNewTokensLengthLogitsProcessor,
-            RepetitionPenaltyLogitsProcessor,
-            TemperatureLogitsWarper,
-            TopKLogitsWarper,
-            TopPLogitsWarper,
-        )
-
-        procs = LogitsProcessorList([recorder])
-        if sampling.repetition_penalty != 1.0:
-            procs.append(RepetitionPenaltyLogitsProcessor(penalty=float(sampling.repetition_penalty)))
-        if sampling.frequency_penalty:
-            procs.append(FrequencyPenalty(sampling.frequency_penalty, prompt_len))
-        if sampling.min_new_tokens > 0 and self.eos_token_ids:
-            procs.append(MinNewTokensLengthLogitsProcessor(
-                prompt_length_to_skip=prompt_len, min_new_tokens=int(sampling.min_new_tokens),
-                eos_token_id=self._eos(sampling), device=str(self.device)))
-        if sampling.do_sample:
-            if sampling.temperature != 1.0:
-                procs.append(TemperatureLogitsWarper(float(sampling.temperature)))
-            top_k = effective_top_k(sampling.top_k, self.vocab_size)
-            if top_k is not None:
-                procs.append(TopKLogitsWarper(top_k=top_k))
-            if sampling.top_p < 1.0:
-                procs.append(TopPLogitsWarper(top_p=float(sampling.top_p)))
-            if sampling.min_p > 0:
-                # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
-                from transformers import MinPLogitsWarper
-
-                procs.append(MinPLogitsWarper(min_p=float(sampling.min_p)))
-        return procs
+        return sampling_processors(sampling, prompt_len, recorder, vocab_size=self.vocab_size,
+                                   eos_token_ids=self._eos(sampling), device=self.device)
 
     def _eos(self, sampling: SamplingParams) -> list[int]:
         """The tokenizer's EOS ids plus ``sampling.stop_token_ids``."""

@@ -1,6 +1,8 @@
 """Vision-language models (Qwen2.5-VL, Qwen3-VL) with transformers' own classes, on CPU without
 torchvision: the PIL/numpy image processor (:mod:`.image_processing`) and loading + prompt
-rendering (:mod:`.load`). See docs/vlm.md.
+rendering (:mod:`.load`); batches of rendered prompts with their pixel inputs (:mod:`.batch`) and
+freezing the vision tower (:mod:`.freeze`), imported from their modules (they import torch). See
+docs/vlm.md.
 
 Layering: models (layer 3); imports ``rlinf.data`` and ``rlinf.utils`` only. transformers is
 imported when a processor or model is built, not on import.
