@@ -103,11 +103,18 @@ class WebContextConfig:
         interaction_mode: ``set_of_marks`` = interactive elements carry ``[n]`` marks and
             actions name them (``click [3]``); ``coordinates`` = elements carry their box centre
             and actions give pixels (``click (120, 340)``).
+        observation: what the policy is given of the page each step: ``text`` = the element
+            tree as text; ``screenshot`` = the viewport as a PNG only (set_of_marks mode: each
+            element's frame and ``n`` drawn on it; coordinates mode: the plain screenshot, its
+            pixels are the actions' coordinates); ``both`` = the text and the PNG. A screenshot
+            needs a vision-language policy: refused before Ray while the policy model is
+            text-only (docs/vlm.md, "Screenshot observations").
         history_length: ours: how many previous steps' actions the prompt shows.
         max_observation_chars: ours: the observation text is cut to this many characters.
     """
 
     interaction_mode: Literal["coordinates", "set_of_marks"] = "set_of_marks"
+    observation: Literal["text", "screenshot", "both"] = "text"
     history_length: int = 4
     max_observation_chars: int = 6000
 

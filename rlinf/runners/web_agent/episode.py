@@ -25,6 +25,7 @@ from typing import Any
 
 from rlinf.data.web_tasks import resolve_url
 from rlinf.engines.web.actions import format_action, parse_action
+from rlinf.runners.web_agent.observation import observe
 from rlinf.runners.web_agent.prompts import render_prompt, reply_action_text
 
 
@@ -38,6 +39,8 @@ class EpisodeSettings:
         rich_tree: ``env_config.use_rich_actree``.
         prompt_version, model_type: ``model_config``.
         history_length, max_observation_chars: ``context_config``.
+        observation: ``context_config.observation`` (``text``, ``screenshot``, ``both``): what
+            :func:`~rlinf.runners.web_agent.observation.observe` gives the policy.
         site_base: base URL of the shipped sites (relative start URLs join it; URLs on it are
             shown as paths); None when the sites are not served.
         save_screenshots: take a screenshot at every step (``env_config.save_screenshots``).
@@ -51,6 +54,7 @@ class EpisodeSettings:
     model_type: str = "qwen3-instruct"
     history_length: int = 4
     max_observation_chars: int = 6000
+    observation: str = "text"
     site_base: str | None = None
     save_screenshots: bool = False
     operation_timeout: float = 120.0
@@ -69,8 +73,10 @@ async def run_episode(task: dict, browser, policy, settings: EpisodeSettings, st
     """Run ``task`` in one browser instance of ``browser`` (a
     :class:`~rlinf.engines.web.client.BrowserClient`) with ``policy`` (``await
     policy.generate(text)`` -> reply with ``text``, ``prompt_ids``, ``response_ids``,
-    ``logprobs``); fills and returns ``traj``. ``stop`` set = end after the current step with
-    status ``straggler``."""
+    ``logprobs``; with a screenshot observation ``await policy.generate(text, images=[png])``);
+    fills and returns ``traj``. ``stop`` set = end after the current step with status
+    ``straggler``. A step's ``observation`` record keeps url, title and text; the screenshot the
+    policy saw is what ``save_screenshot`` saves (``screenshot`` holds its path)."""
     # lazy: the browser client imports playwright and httpx (~2.8 s), an optional extra; only a running episode needs it
     from rlinf.engines.web.client import InstanceLost, OperationFailed
 
@@ -92,20 +98,20 @@ async def run_episode(task: dict, browser, policy, settings: EpisodeSettings, st
                 traj["status"] = "straggler"
                 return traj
             t0 = time.monotonic()
-            meta = await browser.page_metadata(iid)
-            tree = await browser.ac_tree(iid, mode=settings.mode, rich=settings.rich_tree)
-            observation = {"url": meta.get("url", ""), "title": meta.get("title", ""), "text": tree.get("text", "")}
+            observation = await observe(browser, iid, settings)
+            png = observation.pop("screenshot")  # the record keeps url, title, text; the PNG is saved
             shot = None
             if settings.save_screenshots and save_screenshot is not None:
-                png = await browser.screenshot(iid, marks=settings.mode == "set_of_marks")
-                shot = save_screenshot(index, png)
+                saved = png if png is not None else await browser.screenshot(
+                    iid, marks=settings.mode == "set_of_marks")
+                shot = save_screenshot(index, saved)
                 if asyncio.iscoroutine(shot):
                     shot = await shot
             prompt = render_prompt(settings.prompt_version, task["instruction"], observation,
                                    history[-settings.history_length:] if settings.history_length else [],
                                    budget - index, mode=settings.mode, site_base=settings.site_base,
-                                   max_observation_chars=settings.max_observation_chars)
-            reply = await policy.generate(prompt)
+                                   max_observation_chars=settings.max_observation_chars, screenshot=png is not None)
+            reply = await (policy.generate(prompt) if png is None else policy.generate(prompt, images=[png]))
             action = parse_action(reply_action_text(reply.text, settings.model_type), settings.mode)
             step = _step(index, observation, shot, reply, action.to_dict(), None, 0.0)
             traj["steps"].append(step)

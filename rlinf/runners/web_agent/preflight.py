@@ -49,6 +49,32 @@ def find_browser(configured: str | None) -> str:
         raise ConfigError("env_config.browser.executable_path", str(err)) from None
 
 
+def check_observation(cfg) -> None:
+    """``context_config.observation`` other than ``text`` gives the policy a screenshot: refused
+    (one line) while the policy model is text-only (its folder's config.json ``model_type`` is
+    not a vision-language one, or an external server that is sent text only), and while the web
+    rollout does not yet hand images to a vision-language policy."""
+    seen = cfg.context_config.observation
+    if seen == "text":
+        return
+    # lazy: the VLM loader's imports (~2 s) only for a screenshot observation
+    from rlinf.models.vlm.load import PROCESSOR_CLASSES, read_model_type
+
+    key = "context_config.observation"
+    folder = cfg.policy_config.weights_path
+    kinds = " or ".join(sorted(PROCESSOR_CLASSES))
+    if cfg.external_server and (folder is None or not os.path.isfile(os.path.join(folder, "config.json"))):
+        raise ConfigError(key, f"{seen!r} needs a vision-language policy, but the policy is the model on "
+                               f"env_config.vllm_server_url, which is sent text only; set text")
+    try:
+        read_model_type(folder)
+    except (OSError, ValueError) as err:
+        raise ConfigError(key, f"{seen!r} gives the policy the page as an image, but the policy model is text-only "
+                               f"({err}); set text, or use a {kinds} model") from None
+    raise ConfigError(key, f"{seen!r}: the web rollout does not hand images to a vision-language policy yet "
+                           "(issue 47 item 3: the VLM web policy); set text")
+
+
 def prepare_web(raw: Any) -> WebStart:
     """All checks of a web run before Ray; raises :class:`ConfigError` naming the key."""
     # lazy: the tokenizer loader imports torch (~4.8 s); registry/CLI import this module without the checks
@@ -60,6 +86,7 @@ def prepare_web(raw: Any) -> WebStart:
     if "rollout" in cfg.components or cfg.trains:  # the policy's folder is read (as check_paths says)
         check_assets(cfg, WEB_ASSETS)  # the tiny policy missing: one line naming the command that makes it
     cfg.check_paths()
+    check_observation(cfg)
     tasks = {"train": [], "test": []}
     for split in cfg.needed_splits():
         try:

@@ -49,9 +49,14 @@ def show_url(url: str, site_base: str | None) -> str:
 
 def render_prompt(version: str, instruction: str, observation: dict, history: list[str], steps_left: int,
                   *, mode: str = "set_of_marks", site_base: str | None = None,
-                  max_observation_chars: int = 6000) -> str:
-    """The user message of one step (the chat template is applied by the caller)."""
-    text = observation.get("text") or ""
+                  max_observation_chars: int = 6000, screenshot: bool = False) -> str:
+    """The user message of one step (the chat template is applied by the caller); with
+    ``screenshot`` (the policy is given the page as an image) and no text, the page line says so.
+
+    >>> render_prompt("vanilla", "Find it", {"title": "Home", "url": "/"}, [], 3, screenshot=True).splitlines()[2]
+    '(the page is shown in the screenshot)'
+    """
+    text = observation.get("text") or ("(the page is shown in the screenshot)" if screenshot else "")
     if len(text) > max_observation_chars:
         text = text[:max_observation_chars] + "\n[... truncated]"
     lines = []
