@@ -103,7 +103,7 @@ class WebContextConfig:
         interaction_mode: ``set_of_marks`` = interactive elements carry ``[n]`` marks and
             actions name them (``click [3]``); ``coordinates`` = elements carry their box centre
             and actions give pixels (``click (120, 340)``).
-        observation: what the policy is given of the page each step: ``text`` = the element
+        observation: ours: what the policy is given of the page each step: ``text`` = the element
             tree as text; ``screenshot`` = the viewport as a PNG only (set_of_marks mode: each
             element's frame and ``n`` drawn on it; coordinates mode: the plain screenshot, its
             pixels are the actions' coordinates); ``both`` = the text and the PNG. A screenshot
