@@ -18,8 +18,10 @@ advice at the end of every run.
   --measure-steps K``): K steps of the config as placed, no validation or checkpoints, then the profile.
 * :func:`used_placement`: a config's placement without the roles its step does not use.
 
-What a measured profile holds, role by role (steps after the first when there are several; the
-first is warm-up: model loads, compilation, allocator growth):
+What a measured profile holds, role by role (each figure the median over the measured steps:
+the steps after the first when there are several, the first being warm-up: model loads,
+compilation, allocator growth; a median, since one step slowed by something else on the machine
+moved a mean by 10-40 % on the 2-core development machine):
 
 * ``seconds_per_sample``: the role's busy seconds per step x its units / ``samples_per_step``.
   Busy = the sum over the role's calls in the step (every group placed as that role: an unplaced
@@ -58,6 +60,7 @@ from __future__ import annotations
 import copy
 import datetime
 import os
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -276,7 +279,7 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
     for role in wf.roles():
         walls = [max((row[0] for row in s.roles.get(role, {}).values()), default=0.0) for s in steps]
         cpus = [max((row[1] for row in s.roles.get(role, {}).values()), default=0.0) for s in steps]
-        wall, cpu = sum(walls) / n, sum(cpus) / n
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
         if wall <= 0:
             raise ValueError(f"role {role} finished no call within a measured step (a call that spans "
                              "steps, as the fully_async rollout's stream, cannot be timed per step)")
@@ -302,8 +305,8 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
         if threads > 1:
             figures["threads_per_process"] = _fig(threads)
         roles[role] = figures
-    sync = sum(s.sync_s for s in steps) / n
-    measured_offload = sum(s.offload_s for s in steps) / n
+    sync = statistics.median(s.sync_s for s in steps)
+    measured_offload = statistics.median(s.offload_s for s in steps)
     held = {r: memory[r][0] for r in wf.roles()}
     switches = switches_per_step(plan, wf, held)
     if measured_offload > 0 and switches:
@@ -316,7 +319,7 @@ def build_profile(run: MeasuredRun) -> tuple[dict, list[str]]:
         offload = 2 * largest / ASSUMED_OFFLOAD_GIB_S
         offload_how = (f"assumed: no phase switch measured; twice the largest role ({largest:.3g} GiB) at "
                        f"{ASSUMED_OFFLOAD_GIB_S:g} GiB/s")
-    driver = sum(s.driver_cpu_s for s in steps) / n
+    driver = statistics.median(s.driver_cpu_s for s in steps)
     if run.capacity.accelerator_bytes:
         accel_gib = run.capacity.accelerator_bytes / GIB
     else:

@@ -79,7 +79,7 @@ def _fit(a: int, b_a: float, b: int, b_b: float) -> tuple[float, float, str]:
 def _waits(a: int, w_a: float, b: int, w_b: float) -> tuple[float, dict[int, float]]:
     """``(wait on 1 unit, {units: wait})`` from the waits measured on ``a < b`` units: on 1 the
     measured one when ``a`` is 1, else the two points' log-log line continued down to 1 (its
-    exponent held between flat and ``1/n``)."""
+    exponent held between flat and ``1/n``); above ``b`` the planner holds ``b``'s."""
     if a == 1:
         one = w_a
     elif w_a > 0 and w_b > 0:

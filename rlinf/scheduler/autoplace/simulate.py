@@ -8,7 +8,10 @@ The model (docs/placement_planner.md says it with its limits):
   role without accelerators they are processes, and the node's cores are shared among the
   processes running at each moment (:mod:`.events`).
 * A role does one piece at a time, on all its devices at once (data parallel), and holds its
-  devices exclusively while it does; roles that share a device therefore take turns.
+  devices exclusively while it does; roles that share a device therefore take turns. On a CPU
+  profile a logical accelerator is a slot, not a device: processes on one slot run side by side
+  and only share the node's cores, so a role's work holds nothing but the role itself (the slots
+  still decide streaming and phase switches, as the run decides them from the placement).
 * :class:`~.workflow.Stage` after a producer on disjoint devices: the batch streams in
   ``workflow.chunks`` pieces (a piece starts when the producer has made it), unless the stage is
   ``whole_batch`` (it starts when the producer's last piece is done). On a shared device:
@@ -93,6 +96,7 @@ class _Role:
     cores: dict[int, float]
     seconds: float  # the role's whole work per step on its units, before core sharing
     memory: float
+    holds: tuple = ()  # what its work tasks hold exclusively: its accelerators; on CPU its own token only
 
 
 def _role(name: str, plan: PlacementPlan, profile: Profile) -> _Role:
@@ -109,7 +113,11 @@ def _role(name: str, plan: PlacementPlan, profile: Profile) -> _Role:
     speed = min(profile.group(label).speed for label in labels) if labels else 1.0
     devices = tuple(sorted(r for r in accels if r[1] is not None)) if figures.accelerator else ()
     seconds = figures.work_s(profile) / figures.speedup(units, figures.per_sample_s(profile)) / speed
-    return _Role(name, figures, (("role", name),) + devices, units, cores, seconds, figures.memory_gib or 0.0)
+    own = (("role", name),) + devices
+    # on CPU a logical accelerator is a slot, not a device: processes on one slot run side by side
+    # and share the node's cores (the core model), so only the role's own token is exclusive
+    holds = own[:1] if profile.cores_per_node else own
+    return _Role(name, figures, own, units, cores, seconds, figures.memory_gib or 0.0, holds)
 
 
 def _shared(a: _Role, b: _Role) -> tuple:
@@ -150,7 +158,7 @@ def predict(plan: PlacementPlan, profile: Profile, workflow: Workflow, *, lookah
                         deps += [sync_name[t - 1]] if role is trainer and t > 0 else []
                     deps += [last_piece[role.name]] if role.name in last_piece else []
                     name = f"s{t}/{role.name}/{c}"
-                    tasks.append(Task(name, role.seconds / workflow.chunks, role.devices, role.cores,
+                    tasks.append(Task(name, role.seconds / workflow.chunks, role.holds, role.cores,
                                       tuple(dict.fromkeys(deps)), role.name, "work", t))
                     out.append(name)
                     last_piece[role.name] = name
@@ -261,7 +269,7 @@ def _loop(item: Loop, roles, prev_out, prev_roles, entry, gate, workflow, groups
                 else:
                     deps = [last]
                 name = f"s{t}/{role.name}/{g}/{k}"
-                tasks.append(Task(name, role.seconds / (groups * rounds), role.devices, role.cores,
+                tasks.append(Task(name, role.seconds / (groups * rounds), role.holds, role.cores,
                                   tuple(dict.fromkeys(deps)), role.name, "work", t))
                 last = name
         last_piece[key] = last
