@@ -25,6 +25,11 @@ class DataConfig:
             rendered by the tokenizer's chat template; needs apply_chat_template); null = use
             prompt_key (seed 001's ``data_args.messages``).
         answer_key: JSONL key holding the gold answer (our key).
+        image_key: key holding each row's image(s) for a vision-language model (a path relative
+            to the data file or absolute, a base64 data URI, or ``{"bytes"|"path": ...}``; one
+            or a list), shown before the prompt's text; null = text-only data (our key). Needs
+            a Qwen2.5-VL / Qwen3-VL model (refused before start otherwise); a missing or
+            unreadable image stops the run naming file, row and image.
         apply_chat_template: wrap prompts with the tokenizer's chat template (our key).
         shuffle: a fresh seeded order of the training prompts every epoch.
         validation_shuffle: a fresh seeded order of the validation prompts at every validation
@@ -44,6 +49,7 @@ class DataConfig:
     prompt_key: str = "prompt"
     messages_key: str | None = None
     answer_key: str = "answer"
+    image_key: str | None = None
     apply_chat_template: bool = True
     shuffle: bool = True
     validation_shuffle: bool = True

@@ -83,6 +83,10 @@ class LLMModelConfig:
         use_cpu_initialization: Megatron: initialise weights on the CPU before loading.
         lora_alpha: math: LoRA alpha (the update is scaled by alpha / r); null = lora_rank.
         lora_target_modules: math: names (last dotted part) of the Linear layers that get LoRA.
+        vision_tower: math, a vision-language model (Qwen2.5-VL, Qwen3-VL): ``frozen`` keeps the
+            vision tower's weights as loaded (out of the optimizer; LoRA layers inside it stay
+            frozen too), ``trained`` updates it with the language model. ``trained`` with a
+            text-only model is refused before start (it has no vision tower).
     """
 
     megatron_checkpoint: str | None = rule(None, scope="megatron")
@@ -112,6 +116,7 @@ class LLMModelConfig:
     lora_alpha: float | None = rule(None, scope="math")
     lora_target_modules: tuple[str, ...] = rule(("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                  "down_proj"), scope="math")
+    vision_tower: Literal["frozen", "trained"] = rule("frozen", scope="math")
 
     def validate(self, path: str) -> None:
         for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):

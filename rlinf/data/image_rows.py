@@ -12,8 +12,8 @@ A missing file, bad base64 or bytes that are not an image is one line naming the
 row and the image (``ValueError``), or, with ``skip_bad=True``, that row is skipped and its line
 collected in :attr:`ImageRows.skipped` (the caller prints the total).
 
-Not wired into the run yet: no ``data.image_key`` config key exists; this is the reader the VLM
-run will call.
+The math run layer reads ``data.image_key`` with it before start
+(:func:`rlinf.runners.math.preflight.image_prompt_rows`).
 
 Example:
     >>> import json, os, tempfile

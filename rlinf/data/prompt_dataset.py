@@ -22,13 +22,16 @@ from rlinf.data.readers import prompt_text
 
 @dataclass(frozen=True)
 class Prompt:
-    """One dataset row: its index, prompt token ids, gold answer and the prompt as written (for
-    reward models and judges, which read text)."""
+    """One dataset row: its index, prompt token ids, gold answer, the prompt as written (for
+    reward models and judges, which read text) and its images (encoded files, e.g. PNG bytes; a
+    vision-language prompt's ``token_ids`` hold each image's placeholder tokens already, and every
+    worker that runs the model turns the same bytes into the same pixels)."""
 
     index: int
     token_ids: tuple[int, ...]
     answer: str
     text: str = ""
+    images: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,21 +52,39 @@ class PromptBatch:
     def indices(self) -> list[int]:
         return [p.index for p in self.prompts]
 
+    @property
+    def images(self) -> list[tuple[bytes, ...]]:
+        """Each prompt's images (empty tuples for text-only prompts)."""
+        return [p.images for p in self.prompts]
+
 
 class PromptDataset:
     """Rows tokenised once; prompts longer than ``max_prompt_length`` tokens are dropped.
 
     Args:
-        rows: dicts with ``prompt`` and ``answer``.
+        rows: dicts with ``prompt`` and ``answer`` (and ``images``: a tuple of encoded image files,
+            for a vision-language model).
         encode: text -> token ids (e.g. the tokenizer with its chat template applied).
-        max_prompt_length: longest prompt kept, in tokens.
+        max_prompt_length: longest prompt kept, in tokens (a vision-language prompt counts its
+            image tokens, so an image is never cut: the whole prompt is dropped).
+        encode_images: ``(text, images) -> token ids`` for rows with images (the model's
+            processor: chat template and each image's placeholder tokens); required when a row
+            has images.
     """
 
     def __init__(self, rows: Sequence[dict], encode: Callable[[str], list[int]], max_prompt_length: int,
-                 num_workers: int = 0):
+                 num_workers: int = 0,
+                 encode_images: Callable[[str, tuple[bytes, ...]], list[int]] | None = None):
         self.prompts: list[Prompt] = []
         self.dropped = 0
-        encoded = encode_all([row["prompt"] for row in rows], encode, num_workers)
+        with_images = [i for i, row in enumerate(rows) if row.get("images")]
+        if with_images and encode_images is None:
+            raise ValueError(f"row {with_images[0]} has images but the model takes text only")
+        text_rows = [i for i, row in enumerate(rows) if not row.get("images")]
+        encoded: dict[int, list[int]] = dict(zip(text_rows, encode_all([rows[i]["prompt"] for i in text_rows],
+                                                                       encode, num_workers)))
+        for i in with_images:
+            encoded[i] = list(encode_images(rows[i]["prompt"], tuple(rows[i]["images"])))
         for i, row in enumerate(rows):
             ids = tuple(encoded[i])
             if not all(isinstance(t, int) for t in ids):
@@ -73,7 +94,8 @@ class PromptDataset:
             if len(ids) > max_prompt_length:
                 self.dropped += 1
                 continue
-            self.prompts.append(Prompt(i, ids, row["answer"], prompt_text(row["prompt"])))
+            self.prompts.append(Prompt(i, ids, row["answer"], prompt_text(row["prompt"]),
+                                       tuple(row.get("images") or ())))
         if not self.prompts:
             raise ValueError(f"no prompt fits data.max_prompt_length={max_prompt_length} "
                              f"({self.dropped} dropped)")

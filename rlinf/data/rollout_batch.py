@@ -70,6 +70,9 @@ class RolloutBatch:
         version_start, version_end: ``[B]`` the versions of each sample's first and last sampled
             token (fully asynchronous rollout: a sample continued under new weights spans
             several); None = not tracked. :meth:`versions` gives them either way.
+        images: per sample, its prompt's images (encoded files, e.g. PNG bytes; a
+            vision-language run): the actor and the reference turn them into the same pixel
+            inputs the rollout sampled with. Empty for text-only runs.
         episodes: per sample, a tool agent's episode figures (``turns``, ``tool_calls``,
             ``invalid_calls``, ``tool_errors``, ``tool_timeouts``, ``end_reason``, ...); empty
             for single-turn rollouts.
@@ -96,6 +99,7 @@ class RolloutBatch:
     policy_version: int = 0
     loss_mask: torch.Tensor | None = None
     episodes: list[dict] = field(default_factory=list)
+    images: list[tuple[bytes, ...]] = field(default_factory=list)
     token_versions: torch.Tensor | None = None
     version_start: torch.Tensor | None = None
     version_end: torch.Tensor | None = None
@@ -215,6 +219,8 @@ class RolloutBatch:
                     continue
                 fill = {"response_ids": pad_token_id, "token_versions": -1}.get(f.name, 0)
                 changes[f.name] = torch.cat([_pad_right(v, R, fill) if v.dim() == 2 else v for v in values])
+            elif f.name == "images" and any(values):  # text-only parts: no image per sample
+                changes[f.name] = [x for b, v in zip(batches, values) for x in (v or [()] * b.batch_size)]
             elif isinstance(values[0], list):
                 changes[f.name] = [x for v in values for x in v]
         changes["group_size"] = batches[0].group_size

@@ -30,8 +30,8 @@ def test_the_three_sections_share_no_key():
     # detach_critic_input)
     # + sac_mlp's 2 (num_q_heads, q_head_type) + π0's 7 (action_env_dim, action_horizon, value_after_vlm,
     # train_expert_only, discrete_state_input, tokenizer_path, extra_delta_transform) + flow_mlp's
-    # residual_velocity
-    assert len(names[0] | names[1] | names[2]) == 74
+    # residual_velocity + the vision-language models' vision_tower
+    assert len(names[0] | names[1] | names[2]) == 75
 
 
 @pytest.mark.parametrize("raw, key, text", [

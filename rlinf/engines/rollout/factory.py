@@ -15,8 +15,10 @@ from typing import Any
 from rlinf.config.rollout import RolloutConfig
 from rlinf.engines.rollout.base import RolloutEngine
 from rlinf.engines.rollout.hf import HFRolloutEngine
+from rlinf.engines.rollout.hf_vlm import HFVLMRolloutEngine
 from rlinf.engines.rollout.sglang_engine import SGLangRolloutEngine
 from rlinf.engines.rollout.vllm_engine import VLLMRolloutEngine
+from rlinf.models.vlm.load import is_vlm_folder
 from rlinf.utils.typed_config import ConfigError
 
 BACKENDS = ("huggingface", "vllm", "sglang")
@@ -45,7 +47,11 @@ def make_rollout_engine(backend: str, model_path: str, rollout_cfg: Any = None, 
         args: dict[str, Any] = dict(eos_token_id=rollout_cfg.eos, pad_token_id=rollout_cfg.padding,
                                     decode=rollout_cfg.hf_decode)
         args.update(kw)
-        return HFRolloutEngine(model_path, **args)
+        engine_cls = HFVLMRolloutEngine if is_vlm_folder(model_path) else HFRolloutEngine
+        return engine_cls(model_path, **args)
+    if is_vlm_folder(model_path):
+        raise ConfigError("rollout.backend", f"{model_path} is a vision-language model; its rollout runs on "
+                                             f"huggingface only for now, not {backend}")
     if backend == "vllm":
         return VLLMRolloutEngine.from_config(model_path, rollout_cfg, **{"tokenizer": tokenizer_path, **kw})
     return SGLangRolloutEngine.from_config(model_path, rollout_cfg, **kw)

@@ -173,7 +173,7 @@ class HFRolloutEngine(RolloutEngine):
                  eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
                  decode: str = "lean"):
         # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import GenerationConfig
 
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -188,7 +188,7 @@ class HFRolloutEngine(RolloutEngine):
         self.dtype = dtype
         self.max_batch_size = max_batch_size
 
-        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        model = self._load_model(model_path, dtype)
         model.to(self.device).eval()
         self.model = model
 
@@ -215,6 +215,13 @@ class HFRolloutEngine(RolloutEngine):
         #: ``lean`` or ``generate (<why>)``: the decode loop this engine runs
         self.decode_path = "lean" if self.lean else f"generate ({problem})"
         self.tokenizer = None  # set_tokenizer: stop strings end rows while decoding
+
+    def _load_model(self, model_path: str, dtype: torch.dtype) -> torch.nn.Module:
+        """The HF model to sample from: a causal LM (a vision-language engine loads its own class)."""
+        # lazy: transformers (~2 s) only when the engine runs; importing it (before Ray) does not
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
 
     def set_tokenizer(self, tokenizer) -> None:
         """With the tokenizer, ``sampling.stop`` strings finish a row at the token that completes

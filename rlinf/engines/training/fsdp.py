@@ -133,6 +133,7 @@ class FSDPEngine(TrainingEngine):
         if cfg.model.is_lora:
             self.lora_config = inject_lora(model, cfg.model.lora_rank, cfg.model.llm.lora_alpha,
                                            cfg.model.llm.lora_target_modules, cfg.model.lora_path)
+        self._set_trainable(model)
         if fc.use_liger_kernel:
             apply_liger(model)
         model.config.use_cache = False
@@ -159,6 +160,10 @@ class FSDPEngine(TrainingEngine):
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+
+    def _set_trainable(self, model: torch.nn.Module) -> None:
+        """After loading (and LoRA): mark the parameters the optimizer must not see (default: keep
+        what loading and LoRA set; a vision-language engine freezes its vision tower)."""
 
     def _response_forward(self, mb: RolloutBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per response token ``[b, R]``: the log-prob (and entropy) of ``mb`` (on the device)."""

@@ -19,6 +19,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from rlinf.engines.training.collective_save import on_rank0, plain_dcp_error
+from rlinf.models.vlm.load import PROCESSOR_CLASSES
 from rlinf.utils.hf_save import save_hf_model
 
 ENGINE_STATE_FILE = "engine_state.json"
@@ -65,14 +66,15 @@ def load_sharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path:
 def write_hf_folder(state: dict[str, torch.Tensor], hf_config, model_path: str, path: str) -> None:
     """Write an HF model folder: ``config.json`` and safetensors weights from ``state`` (their
     dtype), then the other non-weight files of ``model_path`` verbatim (tokenizer, generation
-    config, chat template, ...)."""
+    config, chat template, a vision-language model's processor files, ...)."""
     # lazy: transformers (~2 s) only when an HF folder is written
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     os.makedirs(path, exist_ok=True)
     dtype = next(iter(state.values())).dtype if state else torch.float32
+    vlm = getattr(hf_config, "model_type", None) in PROCESSOR_CLASSES
     with torch.device("meta"):  # a shell for the config and save logic; weights come from `state`
-        shell = AutoModelForCausalLM.from_config(hf_config, dtype=dtype)
+        shell = (AutoModelForImageTextToText if vlm else AutoModelForCausalLM).from_config(hf_config, dtype=dtype)
     save_hf_model(shell, path, state_dict=state)  # (without importing DeepSpeed: rlinf.utils.hf_save)
     for name in os.listdir(model_path):
         src = os.path.join(model_path, name)

@@ -18,13 +18,15 @@ from rlinf.models.vlm.image_processing import (
 )
 from rlinf.models.vlm.load import (
     LoadedVLM,
+    is_vlm_folder,
     load_processor,
     load_vlm,
     read_model_type,
     render_prompt,
     render_text,
+    vlm_prompt_encoder,
 )
 
-__all__ = ["LoadedVLM", "load_image_processor", "load_processor", "load_vlm", "make_image_processor",
+__all__ = ["LoadedVLM", "is_vlm_folder", "load_image_processor", "load_processor", "load_vlm", "make_image_processor",
            "num_image_tokens", "open_image", "preprocess_images", "read_model_type", "render_prompt",
-           "render_text", "resized_size"]
+           "render_text", "resized_size", "vlm_prompt_encoder"]

@@ -132,3 +132,28 @@ def collate_prompts(rendered: Sequence[Mapping[str, Any]], pad_token_id: int) ->
             grids.append(grid)
     pixels = PixelInputs(torch.cat(values) if values else None, torch.cat(grids) if grids else None, counts)
     return VLMPromptBatch(ids, mask, pixels)
+
+
+def pixel_inputs(image_processor: Any, images_per_row: Sequence[Sequence[Any]]) -> PixelInputs:
+    """The :class:`PixelInputs` of rows given as their images (encoded files such as PNG bytes,
+    paths or ``PIL`` images; a text-only row has none): the same images always give the same
+    pixels, so the rollout, the actor and the reference, each running this on a batch's
+    ``images``, feed the model identical inputs.
+
+    >>> from rlinf.models.vlm.image_processing import make_image_processor
+    >>> from PIL import Image
+    >>> proc = make_image_processor(patch_size=14, min_pixels=56 * 56, max_pixels=56 * 56)
+    >>> px = pixel_inputs(proc, [[Image.new("RGB", (56, 56))], []])
+    >>> px.images_per_row, px.image_grid_thw.tolist(), tuple(px.pixel_values.shape)
+    ([1, 0], [[1, 4, 4]], (16, 1176))
+    """
+    # lazy: the image processor's imports (PIL, transformers) only when pixels are made
+    from rlinf.models.vlm.image_processing import preprocess_images
+
+    counts = [len(row) for row in images_per_row]
+    flat = [image for row in images_per_row for image in row]
+    if not flat:
+        return PixelInputs(None, None, counts)
+    out = preprocess_images(image_processor, flat)
+    return PixelInputs(out["pixel_values"], out["image_grid_thw"], counts)
+

@@ -64,6 +64,20 @@ def read_model_type(path: str | os.PathLike) -> str:
     return model_type
 
 
+def is_vlm_folder(path: str | os.PathLike) -> bool:
+    """Whether the model folder ``path`` holds a supported vision-language model (its
+    ``config.json`` ``model_type``); False for a text model or a folder without ``config.json``.
+
+    >>> is_vlm_folder("/nowhere")
+    False
+    """
+    file = Path(path) / "config.json"
+    try:
+        return json.loads(file.read_text(encoding="utf-8")).get("model_type") in PROCESSOR_CLASSES
+    except (OSError, ValueError):
+        return False
+
+
 @cache
 def _image_only_class(model_type: str) -> type:
     """transformers' processor class for ``model_type``, accepting ``video_processor=None``."""
@@ -177,3 +191,20 @@ def render_text(processor: Any, prompt: str, images: list[Any]) -> Any:
         raise ValueError(f"prompt has {placeholders} image placeholder(s) but {len(images)} image(s) were given")
     kwargs = {"images": [open_image(i) for i in images]} if images else {}
     return processor(text=[prompt], return_tensors="pt", **kwargs)
+
+
+def vlm_prompt_encoder(processor: Any, system_prompt: str | None = None):
+    """A function ``(text, images) -> prompt token ids``: the user turn (its images, then the
+    text) rendered by the model's chat template with the generation prompt, each image's
+    placeholder expanded to its image tokens (:func:`render_prompt`): the ids a vision-language
+    prompt dataset holds (``rlinf.data.prompt_dataset.PromptDataset(encode_images=...)``).
+
+    >>> encode = vlm_prompt_encoder(load_processor("/tmp/tiny_vlm"))  # doctest: +SKIP
+    >>> ids = encode("How many shapes?", (png_bytes,))  # doctest: +SKIP
+    """
+
+    def encode(text: str, images: tuple) -> list[int]:
+        return render_prompt(processor, text, list(images), system=system_prompt)["input_ids"][0].tolist()
+
+    return encode
+

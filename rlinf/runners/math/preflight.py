@@ -11,14 +11,17 @@ Example:
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from rlinf.config.math import MathConfig
+from rlinf.data.image_rows import read_image_rows
 from rlinf.data.prompt_dataset import PromptDataset, PromptLoader
 from rlinf.data.readers import read_rows
 from rlinf.data.tokenizer import load_tokenizer, prompt_encoder
+from rlinf.models.vlm.load import is_vlm_folder, load_processor, vlm_prompt_encoder
 from rlinf.runners.checkpoint import resolve_resume_dir
 from rlinf.runners.preflight import (
     HF_TOKENIZER_FILES,
@@ -34,9 +37,12 @@ from rlinf.utils.typed_config import ConfigError
 
 _TINY_MATH = "python -m toolkits.tiny_math.prepare --out {parent}"
 #: what the tiny math configs read and the command that makes it (quick: it copies the shipped warm start)
+_TINY_VLM = "python -m toolkits.vlm.prepare --out {parent}"
 MATH_ASSETS = tuple(Asset(key, "results/tiny_math/warm", _TINY_MATH, "a few seconds: it copies the shipped "
                           "warm start", make=True)
-                    for key in ("actor.model.model_path", "rollout.model.model_path"))
+                    for key in ("actor.model.model_path", "rollout.model.model_path")) + tuple(
+    Asset(key, "results/tiny_vlm/base", _TINY_VLM, "a few seconds: a random tiny Qwen2.5-VL and the image task",
+          make=True) for key in ("actor.model.model_path", "rollout.model.model_path"))
 
 
 def build_loaders(cfg: MathConfig, tokenizer, system_prompt: str | None = None,
@@ -50,18 +56,25 @@ def build_loaders(cfg: MathConfig, tokenizer, system_prompt: str | None = None,
             has fewer usable prompts than ``data.rollout_batch_size``.
     """
     d = cfg.data
-    try:
-        encode = prompt_encoder(tokenizer, d.apply_chat_template, system_prompt, tools)
-    except ValueError as exc:
-        raise ConfigError("data.apply_chat_template", str(exc).replace("data.apply_chat_template is ", "")) from None
+    encode_images = vlm_encoder(cfg, system_prompt, tools)
+    if encode_images is not None:  # a vision-language model: its processor renders every prompt
+        encode = lambda text: encode_images(text, ())  # noqa: E731
+    else:
+        try:
+            encode = prompt_encoder(tokenizer, d.apply_chat_template, system_prompt, tools)
+        except ValueError as exc:
+            raise ConfigError("data.apply_chat_template",
+                              str(exc).replace("data.apply_chat_template is ", "")) from None
     loaders = []
     for paths, key in ((d.train_data_paths, "data.train_data_paths"), (d.val_data_paths, "data.val_data_paths")):
         if not paths:
             loaders.append(None)
             continue
         try:
-            dataset = PromptDataset(read_rows(paths, d.prompt_key, d.answer_key, d.messages_key), encode,
-                                    d.max_prompt_length, num_workers=d.num_workers)
+            rows = (image_prompt_rows(paths, d) if d.image_key is not None
+                    else read_rows(paths, d.prompt_key, d.answer_key, d.messages_key))
+            dataset = PromptDataset(rows, encode, d.max_prompt_length, num_workers=d.num_workers,
+                                    encode_images=encode_images)
         except ValueError as exc:
             raise ConfigError(key, str(exc)) from None
         loaders.append(dataset)
@@ -75,6 +88,64 @@ def build_loaders(cfg: MathConfig, tokenizer, system_prompt: str | None = None,
         size = min(d.val_rollout_batch_size or d.rollout_batch_size, len(val_set))
         val = PromptLoader(val_set, size, shuffle=d.validation_shuffle, seed=d.seed, drop_last=False)
     return train, val
+
+
+def vlm_encoder(cfg: MathConfig, system_prompt: str | None = None, tools: list[dict] | None = None):
+    """``(text, images) -> prompt ids`` of a vision-language actor model (its processor: chat
+    template, image placeholders expanded), None for a text model. The keys that need a
+    vision-language model, or that it cannot take yet, are refused here (one line each).
+
+    Raises:
+        ConfigError: ``data.image_key`` or ``actor.model.vision_tower: trained`` with a text model;
+            a vision-language model with another rollout backend than huggingface, with
+            ``runner.rollout_mode: fully_async``, with tools, with ``data.apply_chat_template:
+            false`` or ``data.messages_key``.
+    """
+    d = cfg.data
+    if not is_vlm_folder(cfg.model_path):
+        if d.image_key is not None:
+            raise ConfigError("data.image_key", f"{cfg.model_path} is a text-only model (config.json "
+                                                f"model_type); images need a Qwen2.5-VL or Qwen3-VL model")
+        if cfg.actor.model.llm.vision_tower == "trained":
+            raise ConfigError("actor.model.vision_tower", f"{cfg.model_path} is a text-only model: it has no "
+                                                          "vision tower to train")
+        return None
+    rollout_path = cfg.rollout.model.model_path or cfg.model_path
+    if not is_vlm_folder(rollout_path):
+        raise ConfigError("rollout.model.model_path", f"{rollout_path} is a text-only model but the actor's "
+                                                      f"{cfg.model_path} is a vision-language model")
+    if cfg.rollout.backend != "huggingface":
+        raise ConfigError("rollout.backend", f"a vision-language model rolls out on huggingface only for now, "
+                                             f"not {cfg.rollout.backend}")
+    if cfg.rollout_mode == "fully_async":
+        raise ConfigError("runner.rollout_mode", "a vision-language rollout cannot be interrupted yet, which "
+                                                 "fully_async needs; use sync or async")
+    if tools:
+        raise ConfigError("tools", "a vision-language model cannot call tools yet (the tool agent renders "
+                                   "text-only chats)")
+    if not d.apply_chat_template or d.messages_key is not None:
+        key = "data.messages_key" if d.messages_key is not None else "data.apply_chat_template"
+        raise ConfigError(key, "a vision-language prompt is one user turn rendered by the model's chat "
+                               "template (its images, then the text)")
+    try:
+        processor = load_processor(cfg.model_path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError("actor.model.model_path", str(exc).splitlines()[0]) from None
+    return vlm_prompt_encoder(processor, system_prompt)
+
+
+def image_prompt_rows(paths, d) -> list[dict]:
+    """Rows of ``paths`` with their images (``data.image_key``) as PNG bytes (lossless: the pixels
+    the data holds); a missing or unreadable image raises one line naming file, row and image."""
+    out = []
+    for row in read_image_rows(paths, d.image_key, d.prompt_key, d.answer_key, d.messages_key).rows:
+        encoded = []
+        for image in row["images"]:
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+            encoded.append(buffer.getvalue())
+        out.append({**row, "images": tuple(encoded)})
+    return out
 
 
 @dataclass

@@ -9,7 +9,7 @@ import torch
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
-from rlinf.engines.training.fsdp import FSDPEngine
+from rlinf.engines.training.fsdp_vlm import training_engine_class
 from rlinf.engines.training.fsdp_weights import GatheredWeights
 from rlinf.objectives.batching import micro_batches
 from rlinf.objectives.llm import make_loss_fn
@@ -39,14 +39,15 @@ class FSDPActorWorker(Worker):
         self.init_process_group()
         self.algorithm = algorithm
         self.max_tokens_per_mbs = max_tokens_per_mbs
-        self.engine = FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
+        engine_cls = training_engine_class(model_path)  # a vision-language folder gets its engine
+        self.engine = engine_cls(model_path, actor, temperature=algorithm.sampling_params.temperature,
                                  total_steps=total_steps, train_entropy=algorithm.calculate_entropy
                                  or algorithm.entropy_bonus > 0, token_weighted=algorithm.use_valid_token_scale)
         self.loss_fn = make_loss_fn(algorithm)
         self.calculate_flops = actor.calculate_flops
         self.offload_flags = (actor.offload_weight, actor.offload_grad, actor.offload_optimizer)
         # KL needs the initial policy: a frozen, sharded copy on the same ranks.
-        self.reference = (FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
+        self.reference = (engine_cls(model_path, actor, temperature=algorithm.sampling_params.temperature,
                                      total_steps=total_steps, train_entropy=False)
                           if algorithm.kl_beta > 0 and with_reference else None)
 

@@ -12,7 +12,7 @@ import torch
 from rlinf.config.actor import ActorConfig
 from rlinf.config.algorithm import AlgorithmConfig
 from rlinf.data.rollout_batch import RolloutBatch
-from rlinf.engines.training.fsdp import FSDPEngine
+from rlinf.engines.training.fsdp_vlm import training_engine_class
 from rlinf.scheduler import Worker
 from rlinf.workers.memory_hints import forward_step
 
@@ -29,7 +29,8 @@ class ReferenceWorker(Worker):
     def __init__(self, model_path: str, actor: ActorConfig, algorithm: AlgorithmConfig):
         self.init_process_group()
         self.micro_batch_size = algorithm.logprob_forward_micro_batch_size
-        self.engine = FSDPEngine(model_path, actor, temperature=algorithm.sampling_params.temperature,
+        engine_cls = training_engine_class(model_path)  # a vision-language folder gets its engine
+        self.engine = engine_cls(model_path, actor, temperature=algorithm.sampling_params.temperature,
                                  total_steps=1, train_entropy=False)
 
     @forward_step

@@ -76,7 +76,13 @@ class GenerationWorker(Worker):
                        seed: int | None) -> RolloutBatch:
         """One engine call for a non-empty ``prompts`` (what :meth:`generate` runs per chunk);
         subclasses that roll out differently (a tool agent's episodes) override this."""
-        gens = self.engine.generate(prompts.token_ids, sampling, n=n, seed=seed)
+        takes_images = getattr(self.engine, "takes_images", False)
+        if takes_images:
+            gens = self.engine.generate(prompts.token_ids, sampling, n=n, seed=seed, images=prompts.images)
+        elif any(prompts.images):
+            raise ValueError("these prompts have images but the rollout model takes text only")
+        else:
+            gens = self.engine.generate(prompts.token_ids, sampling, n=n, seed=seed)
         if sampling.stop:  # the same cut on every engine (HF stops there while decoding, vLLM too)
             for g in gens:
                 cut = cut_at_stop(g.token_ids, self.tokenizer, sampling.stop)
@@ -85,7 +91,7 @@ class GenerationWorker(Worker):
                 elif cut is not None:
                     g.finish_reason = "stop"
         prompt_ids, responses, logprobs, texts, reasons, answers, groups = [], [], [], [], [], [], []
-        prompt_texts = []
+        prompt_texts, images = [], []
         for g in gens:
             prompt = prompts.prompts[g.prompt_index]
             prompt_ids.append(list(prompt.token_ids))
@@ -96,6 +102,7 @@ class GenerationWorker(Worker):
             reasons.append(g.finish_reason)
             answers.append(prompt.answer)
             prompt_texts.append(prompt.text)
+            images.append(prompt.images)
             groups.append(prompt.index)
         if self.cfg.print_outputs:
             prompt_text = self.tokenizer.decode(prompt_ids[0], skip_special_tokens=True)
@@ -106,6 +113,7 @@ class GenerationWorker(Worker):
         return RolloutBatch.from_token_lists(
             prompt_ids, responses, self.pad_token_id, group_size=n, logprobs=logprobs,
             answers=answers, texts=texts, finish_reasons=reasons, prompt_texts=prompt_texts,
+            images=images if takes_images else [],
             group_ids=torch.tensor(groups, dtype=torch.long), policy_version=self.policy_version)
 
     # ---- fully asynchronous rollout ------------------------------------------------------------------
