@@ -29,7 +29,7 @@ from rlinf.scheduler.config import ClusterConfig
 from rlinf.utils.typed_config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-ENTRY_FOLDERS = ("math", "tool_agent", "web_agent", "embodiment", "scheduler_demo")
+ENTRY_FOLDERS = ("math", "tool_agent", "web_agent", "embodiment", "scheduler_demo", "vlm")
 
 
 def _is_tiny(stem: str) -> bool:
@@ -74,11 +74,15 @@ ASSETS = {
     "toy_ppo_mlp": None, "maniskill_ppo_mlp_cpu": None, "maniskill_ppo_flow_cpu": None,
     "maniskill_ppo_flow_noise_cpu": None, "maniskill_sac_mlp_cpu": None, "maniskill_crossq_mlp_cpu": None,
     "metaworld_reach_ppo_mlp_cpu": None, "metaworld_reach_sac_mlp_cpu": None, "demo_cpu": None,
+    "gymnasium_pendulum_ppo_mlp_cpu": None,
+    "vlm_grpo_tiny_cpu": ("actor.model.model_path", "results/tiny_vlm/base",
+                          "python -m toolkits.vlm.prepare --out results/tiny_vlm", True),
 }
 #: config -> what the local backend folds (None: every group is one process already)
 FOLDED = {
     **{name: "actor 2 processes -> 1, rollout 2 processes -> 1, reward 2 processes -> 1"
-       for name in ("grpo_tiny_cpu", "grpo_tiny_megatron_cpu", "grpo_tiny_vllm", "ppo_tiny_cpu", "calc_tiny_cpu")},
+       for name in ("grpo_tiny_cpu", "grpo_tiny_megatron_cpu", "grpo_tiny_vllm", "ppo_tiny_cpu", "calc_tiny_cpu",
+                    "vlm_grpo_tiny_cpu")},
     **{name: "actor 2 processes -> 1"
        for name in ("grpo_tiny_async", "grpo_tiny_dapo", "grpo_tiny_disaggregated", "calc_tiny_disaggregated",
                     "toy_ppo_mlp", "grpo_tiny_fully_async", "calc_tiny_fully_async")},
@@ -115,7 +119,8 @@ def _recipe(folder: str, raw: dict):
     from rlinf.runners.tool_agent.recipe import TOOL_AGENT_RECIPE
     from rlinf.runners.web_agent.recipe import WEB_RECIPE
 
-    return {"math": MATH_RECIPE, "tool_agent": TOOL_AGENT_RECIPE, "web_agent": WEB_RECIPE}.get(folder) \
+    recipes = {"math": MATH_RECIPE, "vlm": MATH_RECIPE, "tool_agent": TOOL_AGENT_RECIPE, "web_agent": WEB_RECIPE}
+    return recipes.get(folder) \
         or embodied_recipe_for(raw)
 
 
