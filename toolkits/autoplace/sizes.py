@@ -39,7 +39,7 @@ def second_size(run: LoadedRun, ranked: tuple[Ranked, ...], shape: ClusterShape,
     the config accepts), the first that changes the unit count of the most roles; None when none
     changes any."""
     roles = run.workflow.roles()
-    placed = run.raw["cluster"]["component_placement"]
+    placed = run.cfg.cluster.component_placement
     own = placement_units(placed, shape, roles, on_cpu)
     best, best_changed = None, 0
     for r in ranked:

@@ -93,7 +93,16 @@ def response_logprobs(model: torch.nn.Module, batch: RolloutBatch, temperature: 
     with torch.autocast(input_ids.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     use_cache=False, logits_to_keep=R + 1)
-    logits = out.logits[:, :R].float() / temperature
+    return response_scores(out.logits, batch, temperature, with_entropy)
+
+
+def response_scores(logits: torch.Tensor, batch: RolloutBatch, temperature: float,
+                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """From a forward's last ``R + 1`` positions of logits: fp32 ``(logprobs [b, R], entropy
+    [b, R] or None)`` of ``batch``'s response tokens, logits divided by ``temperature`` first,
+    0 outside ``response_mask`` (the text and the vision-language forwards share it)."""
+    R = batch.response_ids.shape[1]
+    logits = logits[:, :R].float() / temperature
     mask = batch.response_mask.bool()
     logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
     logp = torch.where(mask, logp, torch.zeros_like(logp))

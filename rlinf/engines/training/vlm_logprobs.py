@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from rlinf.algorithms import entropy_from_logits
 from rlinf.data.rollout_batch import RolloutBatch
+from rlinf.engines.training.common import response_scores
 from rlinf.models.vlm.batch import PixelInputs
 
 
@@ -73,12 +73,4 @@ def vlm_response_logprobs(model: torch.nn.Module, batch: RolloutBatch, pixels: P
         out = model(input_ids=input_ids, attention_mask=attention_mask,
                     mm_token_type_ids=(input_ids == image_token_id).to(torch.int32),
                     use_cache=False, logits_to_keep=R + 1, **kwargs)
-    logits = out.logits[:, :R].float() / temperature
-    mask = batch.response_mask.bool()
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
-    logp = torch.where(mask, logp, torch.zeros_like(logp))
-    entropy = None
-    if with_entropy:
-        entropy = entropy_from_logits(logits)
-        entropy = torch.where(mask, entropy, torch.zeros_like(entropy))
-    return logp, entropy
+    return response_scores(out.logits, batch, temperature, with_entropy)
