@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from rlinf.utils.metric_logger import read_metrics
 from rlinf.utils.typed_config import ConfigError
+from toolkits.autoplace.ranking import set_dotted
 from toolkits.vlm.make_tiny_vlm import make_tiny_vlm
 from toolkits.vlm.make_vlm_task import write_task
 
@@ -48,11 +49,7 @@ def vlm_config(root, model, task, **changes) -> dict:
         "reward": {"reward_type": "exact_match", "reward_scale": 1.0, "verify_processes": 1},
     }
     for dotted, value in changes.items():
-        node = cfg
-        *path, last = dotted.split(".")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
+        set_dotted(cfg, dotted, value)
     return cfg
 
 
